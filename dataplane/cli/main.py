@@ -1,0 +1,42 @@
+"""`railab` entry point. One module per verb under dataplane/cli/, as in containerlab.
+
+Each verb module exposes `register(subparsers)`, which adds its parser and sets
+`func` (called with the parsed args, returns the exit status).
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from dataplane.errors import RailabError
+
+VERB_MODULES = ("topo", "plan", "deploy", "destroy", "inspect", "exec_", "probe")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="railab",
+        description="Virtual AI-cluster fabrics on network namespaces with XDP switches.",
+    )
+    sub = parser.add_subparsers(dest="verb", metavar="COMMAND", required=True)
+    for name in VERB_MODULES:
+        importlib.import_module(f"dataplane.cli.{name}").register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except RailabError as err:
+        print(f"railab: error: {err}", file=sys.stderr)
+        return err.exit_code
+    except KeyboardInterrupt:
+        print("railab: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
