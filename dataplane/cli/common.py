@@ -1,0 +1,24 @@
+"""Helpers shared by the CLI verbs."""
+from __future__ import annotations
+
+from dataplane.errors import RuntimeStateError
+from dataplane.runtime import state
+
+
+def load_lab(lab: str) -> state.LabState:
+    current = state.load(lab)
+    if current is None:
+        raise RuntimeStateError(f"lab {lab} is not deployed (no state in {state.state_dir(lab)})")
+    return current
+
+
+def single_lab(lab: str | None) -> str:
+    """The lab a command means: the one named, or the only one deployed."""
+    if lab:
+        return lab
+    labs = state.known_labs()
+    if len(labs) == 1:
+        return labs[0]
+    if not labs:
+        raise RuntimeStateError("no lab is deployed")
+    raise RuntimeStateError(f"several labs are deployed ({', '.join(labs)}): name one")

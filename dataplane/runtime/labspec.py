@@ -1,0 +1,192 @@
+"""The resolved lab: every name, ifindex, MAC, address and route a deployment needs.
+
+Built from the topology alone (pure), written to the lab's state file at the start of a
+deploy, and read back by the agent (to program the switches), by `inspect`, `probe` and
+by `destroy` (which must find everything even if the deploying process died).
+
+Switch ports get explicit ifindexes unique within the lab: the XDP program is one BPF
+object shared by all switches of the lab and tells switches apart by ingress ifindex.
+"""
+from __future__ import annotations
+
+import json
+import zlib
+from dataclasses import asdict, dataclass, field
+from ipaddress import IPv4Network
+
+from dataplane import controller
+from dataplane.errors import TopologyError
+from dataplane.topology.addressing import plan_addresses
+from dataplane.topology.model import Topology
+
+NETNS_PREFIX = "railab-"
+FIRST_IFINDEX = 100  # leaves room below for lo and anything the kernel adds
+
+
+def netns_name(lab: str, node: str) -> str:
+    return f"{NETNS_PREFIX}{lab}-{node}"
+
+
+def lab_netns_prefix(lab: str) -> str:
+    return f"{NETNS_PREFIX}{lab}-"
+
+
+def port_mac(lab: str, ifindex: int) -> str:
+    """Locally administered, unicast; byte 1 tells labs apart, bytes 2-5 carry the ifindex."""
+    lab_byte = zlib.crc32(lab.encode()) & 0xFF
+    return "02:%02x:%02x:%02x:%02x:%02x" % (
+        lab_byte, (ifindex >> 24) & 0xFF, (ifindex >> 16) & 0xFF, (ifindex >> 8) & 0xFF, ifindex & 0xFF,
+    )
+
+
+@dataclass
+class InterfaceSpec:
+    name: str
+    ifindex: int
+    mac: str
+    address: str | None          # CIDR
+    peer: str                    # "node:interface"
+    peer_ifindex: int
+    peer_mac: str
+    speed_bps: int
+    rail: int | None = None
+    plane: int | None = None
+
+
+@dataclass
+class NodeSpec:
+    name: str
+    role: str
+    netns: str
+    kind: str
+    switch_id: int | None = None
+    rail: int | None = None
+    plane: int | None = None
+    interfaces: list[InterfaceSpec] = field(default_factory=list)
+
+    def interface(self, name: str) -> InterfaceSpec:
+        for iface in self.interfaces:
+            if iface.name == name:
+                return iface
+        raise KeyError(f"{self.name}:{name}")
+
+
+@dataclass
+class RouteSpec:
+    prefix: str
+    nexthops: list[str]          # local interface names, in group member order
+
+
+@dataclass
+class HostNicSpec:
+    address: str
+    ports: list[str]
+    gateway: str
+    table: int
+    relay: dict[str, int]        # destination segment -> index of the NIC that carries it
+
+
+@dataclass
+class LabSpec:
+    name: str
+    source: str                  # topology file it came from
+    kind: str | None
+    nodes: list[NodeSpec]
+    routes: dict[str, list[RouteSpec]]
+    host_nics: dict[str, list[HostNicSpec]]
+    segments: list[str]
+
+    def node(self, name: str) -> NodeSpec:
+        for node in self.nodes:
+            if node.name == name:
+                return node
+        raise KeyError(name)
+
+    @property
+    def switches(self) -> list[NodeSpec]:
+        return [n for n in self.nodes if n.role != "host"]
+
+    @property
+    def hosts(self) -> list[NodeSpec]:
+        return [n for n in self.nodes if n.role == "host"]
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict) -> "LabSpec":
+        nodes = [
+            NodeSpec(**{**n, "interfaces": [InterfaceSpec(**i) for i in n["interfaces"]]})
+            for n in data["nodes"]
+        ]
+        routes = {k: [RouteSpec(**r) for r in v] for k, v in data["routes"].items()}
+        host_nics = {k: [HostNicSpec(**h) for h in v] for k, v in data["host_nics"].items()}
+        return cls(data["name"], data["source"], data["kind"], nodes, routes, host_nics, data["segments"])
+
+
+def _check_ifname(node: str, name: str) -> None:
+    if not name or len(name) > 15 or "/" in name or any(c.isspace() for c in name) or name in (".", ".."):
+        raise TopologyError(f"node {node}: interface name {name!r} is not a valid Linux interface name")
+
+
+def build(topo: Topology, source: str = "") -> LabSpec:
+    addresses = plan_addresses(topo)
+    control = controller.compute(topo, addresses)
+
+    ifindex_of: dict[tuple[str, str], int] = {}
+    next_index = FIRST_IFINDEX
+    for link in topo.links:
+        for end in link.endpoints():
+            _check_ifname(end.node, end.interface)
+            ifindex_of[(end.node, end.interface)] = next_index
+            next_index += 1
+
+    nodes: list[NodeSpec] = []
+    switch_id = 0
+    for node in topo.nodes.values():
+        sid = None
+        if node.role.is_switch:
+            switch_id += 1
+            sid = switch_id
+        spec = NodeSpec(node.name, node.role.value, netns_name(topo.name, node.name), node.kind,
+                        sid, node.rail, node.plane)
+        for link in sorted(topo.links_of(node.name), key=lambda l: l.local(node.name).interface):
+            near, far = link.local(node.name), link.other(node.name)
+            if near == far:
+                raise TopologyError(f"link {near} - {far}: a link cannot join an interface to itself")
+            index, far_index = ifindex_of[(near.node, near.interface)], ifindex_of[(far.node, far.interface)]
+            address = addresses.address(near)
+            spec.interfaces.append(InterfaceSpec(
+                name=near.interface, ifindex=index, mac=port_mac(topo.name, index),
+                address=str(address) if address else None, peer=str(far), peer_ifindex=far_index,
+                peer_mac=port_mac(topo.name, far_index), speed_bps=link.speed_bps,
+                rail=link.rail, plane=link.plane,
+            ))
+        nodes.append(spec)
+
+    routes = {
+        switch: [RouteSpec(str(r.prefix), [h.interface for h in r.nexthops]) for r in switch_routes]
+        for switch, switch_routes in control.switch_routes.items()
+    }
+    host_nics = {
+        host: [
+            HostNicSpec(str(n.address), list(n.ports), str(n.gateway.ip), n.table,
+                        {str(net): idx for net, idx in n.relay.items()})
+            for n in routing.nics
+        ]
+        for host, routing in control.host_routing.items()
+    }
+    segments = [str(s.network) for s in addresses.segments]
+    return LabSpec(topo.name, source, topo.kind, nodes, routes, host_nics, segments)
+
+
+def dumps(spec: LabSpec) -> str:
+    return json.dumps(spec.to_json(), indent=1, sort_keys=True)
+
+
+def segment_of(spec: LabSpec, address: str) -> str | None:
+    ip = IPv4Network(address, strict=False).network_address
+    for seg in spec.segments:
+        if ip in IPv4Network(seg):
+            return seg
+    return None

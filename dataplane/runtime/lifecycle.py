@@ -1,0 +1,237 @@
+"""Deploy and destroy labs. Deploy records what it will make before making it, so that
+`destroy` (or an interrupted deploy's own cleanup) finds all of it by the lab's name.
+
+Order of bring-up: state file -> agent started (it compiles the XDP program while the
+namespaces are built) -> namespaces -> veths -> sysctls -> addresses/routes -> agent
+attaches XDP and programs the maps -> state "up". Teardown runs the reverse.
+"""
+from __future__ import annotations
+
+import os
+import select
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from dataplane.errors import RuntimeStateError
+from dataplane.runtime import netns as rt
+from dataplane.runtime import state
+from dataplane.runtime.labspec import LabSpec, lab_netns_prefix
+
+AGENT_READY_TIMEOUT_S = 120
+
+
+@dataclass
+class DeployResult:
+    lab: str
+    already_up: bool
+    seconds: float
+
+
+def require_root() -> None:
+    if os.geteuid() != 0:
+        raise RuntimeStateError("railab needs root to create namespaces and load XDP programs")
+
+
+def is_up(lab: str) -> bool:
+    current = state.load(lab)
+    if current is None or current.status != "up":
+        return False
+    present = set(rt.list_netns())
+    return all(n.netns in present for n in current.spec.nodes) and _agent_alive(lab, current.agent_pid)
+
+
+def deploy(spec: LabSpec) -> DeployResult:
+    require_root()
+    started = time.monotonic()
+    if is_up(spec.name):
+        return DeployResult(spec.name, True, 0.0)
+    if lab_leftovers(spec.name):
+        destroy(spec.name)
+
+    lab_state = state.LabState(spec, "deploying")
+    lab_state.save()
+    agent = None
+    previous_term = signal.signal(signal.SIGTERM, _raise_interrupt)
+    try:
+        agent, ready_fd = _start_agent(spec.name)
+        lab_state.agent_pid = agent.pid
+        lab_state.save()
+        rt.create_namespaces(spec)
+        rt.create_links(spec)
+        rt.configure_sysctls(spec)
+        rt.configure_all(spec)
+        agent.stdin.write(b"go\n")
+        agent.stdin.close()
+        _wait_ready(spec.name, agent, ready_fd)
+        lab_state.status = "up"
+        lab_state.save()
+    except BaseException:
+        destroy(spec.name)
+        raise
+    finally:
+        signal.signal(signal.SIGTERM, previous_term)
+    return DeployResult(spec.name, False, time.monotonic() - started)
+
+
+def _raise_interrupt(signum, frame):
+    raise KeyboardInterrupt
+
+
+def _start_agent(lab: str):
+    read_fd, write_fd = os.pipe()
+    log = open(state.agent_log(lab), "ab")
+    try:
+        agent = subprocess.Popen(
+            [sys.executable, "-m", "dataplane.agent", lab, "--ready-fd", str(write_fd)],
+            stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT,
+            pass_fds=(write_fd,), start_new_session=True,
+        )
+    finally:
+        os.close(write_fd)
+        log.close()
+    return agent, read_fd
+
+
+def _wait_ready(lab: str, agent: subprocess.Popen, ready_fd: int) -> None:
+    try:
+        readable, _, _ = select.select([ready_fd], [], [], AGENT_READY_TIMEOUT_S)
+        message = os.read(ready_fd, 4096).decode().strip() if readable else ""
+    finally:
+        os.close(ready_fd)
+    if message == "ready":
+        return
+    if not message:
+        tail = _log_tail(lab)
+        message = f"agent exited or timed out ({tail})" if tail else "agent exited or timed out"
+    raise RuntimeStateError(f"lab {lab}: agent failed: {message}")
+
+
+def _log_tail(lab: str) -> str:
+    try:
+        lines = state.agent_log(lab).read_text(errors="replace").strip().splitlines()
+    except FileNotFoundError:
+        return ""
+    return lines[-1] if lines else ""
+
+
+def _agent_alive(lab: str, pid: int | None) -> bool:
+    return pid is not None and _is_lab_agent(pid, lab)
+
+
+def _is_lab_agent(pid: int, lab: str) -> bool:
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    return b"dataplane.agent" in argv and lab.encode() in argv
+
+
+def _lab_agent_pids(lab: str) -> list[int]:
+    pids = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and _is_lab_agent(int(entry), lab):
+            pids.append(int(entry))
+    return pids
+
+
+def lab_leftovers(lab: str) -> bool:
+    return bool(_lab_netns(lab) or state.state_dir(lab).exists() or state.pin_dir(lab).exists()
+                or _lab_agent_pids(lab))
+
+
+def _lab_netns(lab: str) -> list[str]:
+    current = state.load(lab)
+    if current is not None:
+        wanted = {n.netns for n in current.spec.nodes}
+        return [n for n in rt.list_netns() if n in wanted]
+    # No state file: fall back to the name prefix, leaving alone labs that still have one.
+    prefix = lab_netns_prefix(lab)
+    others = {n.netns for other in state.known_labs() if other != lab
+              for s in [state.load(other)] if s for n in s.spec.nodes}
+    return [n for n in rt.list_netns() if n.startswith(prefix) and n not in others]
+
+
+def _netns_inodes(names: list[str]) -> set[int]:
+    inodes = set()
+    for name in names:
+        try:
+            inodes.add(os.stat(os.path.join(rt.NETNS_DIR, name)).st_ino)
+        except OSError:
+            pass
+    return inodes
+
+
+def _pids_in_netns(inodes: set[int]) -> list[int]:
+    pids = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            if os.stat(f"/proc/{entry}/ns/net").st_ino in inodes:
+                pids.append(int(entry))
+        except OSError:
+            continue
+    return pids
+
+
+def _terminate(pids: list[int], grace_s: float = 2.0) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+    deadline = time.monotonic() + grace_s
+    alive = list(pids)
+    while alive and time.monotonic() < deadline:
+        alive = [p for p in alive if _exists(p)]
+        if alive:
+            time.sleep(0.02)
+    for pid in alive:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def _exists(pid: int) -> bool:
+    try:
+        # A zombie still "exists" for kill(0); it is gone for our purposes.
+        return Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1][0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+def destroy(lab: str) -> bool:
+    """Remove everything of `lab`. Returns False when there was nothing to remove."""
+    require_root()
+    namespaces = _lab_netns(lab)
+    if not (namespaces or lab_leftovers(lab)):
+        return False
+    current = state.load(lab)
+    pids = set(_lab_agent_pids(lab))
+    if current and current.agent_pid and _is_lab_agent(current.agent_pid, lab):
+        pids.add(current.agent_pid)
+    pids.update(_pids_in_netns(_netns_inodes(namespaces)))
+    pids.discard(os.getpid())
+    _terminate(sorted(pids))
+    rt.delete_namespaces(namespaces)
+    shutil.rmtree(state.pin_dir(lab), ignore_errors=True)
+    shutil.rmtree(state.state_dir(lab), ignore_errors=True)
+    return True
+
+
+def destroy_all() -> list[str]:
+    labs = set(state.known_labs())
+    removed = [lab for lab in sorted(labs) if destroy(lab)]
+    # Namespaces of labs whose state is gone entirely: match on the railab prefix.
+    stray = [n for n in rt.list_netns() if n.startswith("railab-")]
+    if stray:
+        _terminate(sorted(_pids_in_netns(_netns_inodes(stray))))
+        rt.delete_namespaces(stray)
+        removed.append(f"{len(stray)} stray namespaces")
+    return removed

@@ -1,0 +1,184 @@
+"""The netns runtime: turns a LabSpec into namespaces, veth pairs, addresses and routes,
+and removes them again. Start and stop run in a fixed order; teardown never needs the
+in-memory model, only the lab's name.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+from contextlib import ExitStack
+from ipaddress import IPv4Interface, IPv4Network
+
+from pyroute2 import IPRoute, netns as pr_netns
+from pyroute2.netlink import NLM_F_ACK, NLM_F_CREATE, NLM_F_EXCL, NLM_F_REQUEST
+from pyroute2.netlink.rtnl import RTM_NEWLINK
+from pyroute2.netlink.rtnl.ifinfmsg import ifinfmsg
+
+from dataplane.runtime.labspec import LabSpec, NodeSpec
+
+NETNS_DIR = "/run/netns"
+IFA_F_NOPREFIXROUTE = 0x200
+RTNH_F_ONLINK = 4
+RULE_PRIORITY_BASE = 100
+
+
+def list_netns() -> list[str]:
+    try:
+        return sorted(os.listdir(NETNS_DIR))
+    except FileNotFoundError:
+        return []
+
+
+def create_namespaces(spec: LabSpec) -> None:
+    for node in spec.nodes:
+        pr_netns.create(node.netns)
+
+
+def _veth_request(name, index, mac, ns_fd, peer_name, peer_index, peer_mac, peer_ns_fd) -> ifinfmsg:
+    # pyroute2's link("add") cannot set the peer's ifindex, which the shared XDP program
+    # needs to be lab-unique, so the request is spelled out.
+    msg = ifinfmsg()
+    msg["index"] = index
+    msg["attrs"] = [
+        ("IFLA_IFNAME", name), ("IFLA_NET_NS_FD", ns_fd), ("IFLA_ADDRESS", mac),
+        ("IFLA_LINKINFO", {"attrs": [
+            ("IFLA_INFO_KIND", "veth"),
+            ("IFLA_INFO_DATA", {"attrs": [
+                ("VETH_INFO_PEER", {"index": peer_index, "attrs": [
+                    ("IFLA_IFNAME", peer_name), ("IFLA_NET_NS_FD", peer_ns_fd),
+                    ("IFLA_ADDRESS", peer_mac),
+                ]}),
+            ]}),
+        ]}),
+    ]
+    return msg
+
+
+def create_links(spec: LabSpec) -> None:
+    nodes = {n.name: n for n in spec.nodes}
+    with ExitStack() as stack:
+        fds = {}
+        for node in spec.nodes:
+            fd = os.open(os.path.join(NETNS_DIR, node.netns), os.O_RDONLY)
+            stack.callback(os.close, fd)
+            fds[node.name] = fd
+        ipr = stack.enter_context(IPRoute())
+        ipr.status["nlm_generator"] = False  # pyroute2 0.9 leaves this unset for raw requests
+        done = set()
+        for node in spec.nodes:
+            for iface in node.interfaces:
+                peer_node, peer_if = iface.peer.split(":", 1)
+                key = frozenset(((node.name, iface.name), (peer_node, peer_if)))
+                if key in done:
+                    continue
+                done.add(key)
+                peer = nodes[peer_node].interface(peer_if)
+                msg = _veth_request(iface.name, iface.ifindex, iface.mac, fds[node.name],
+                                    peer.name, peer.ifindex, peer.mac, fds[peer_node])
+                ipr.nlm_request(msg, msg_type=RTM_NEWLINK,
+                                msg_flags=NLM_F_REQUEST | NLM_F_ACK | NLM_F_CREATE | NLM_F_EXCL)
+
+
+def _sysctl_script(node: NodeSpec) -> str:
+    lines = [
+        "sysctl -qw net.ipv6.conf.all.disable_ipv6=1 net.ipv6.conf.default.disable_ipv6=1",
+        # Switches forward only in XDP: the kernel must not forward behind its back.
+        "sysctl -qw net.ipv4.ip_forward=0",
+        "sysctl -qw net.ipv4.conf.all.rp_filter=0 net.ipv4.conf.default.rp_filter=0",
+    ]
+    if node.role == "host":
+        lines.append("sysctl -qw net.ipv4.fib_multipath_hash_policy=1")
+    for iface in node.interfaces:
+        lines.append(f"sysctl -qw net.ipv4.conf.{iface.name}.rp_filter=0")
+        if node.role == "host":
+            # A frame redirected by XDP loses its 'checksum still to do' mark, so hosts
+            # must checksum in software; GRO lets a veth accept redirected frames.
+            lines.append(f"ethtool -K {iface.name} tx off gro on >/dev/null")
+    return "\n".join(lines)
+
+
+def configure_sysctls(spec: LabSpec) -> None:
+    procs = []
+    for node in spec.nodes:
+        procs.append((node, subprocess.Popen(
+            ["ip", "netns", "exec", node.netns, "sh", "-e", "-c", _sysctl_script(node)],
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        )))
+    failed = []
+    for node, proc in procs:
+        _, err = proc.communicate()
+        if proc.returncode:
+            failed.append(f"{node.name}: {err.strip().splitlines()[-1] if err.strip() else proc.returncode}")
+    if failed:
+        raise RuntimeError("configuring namespaces failed: " + "; ".join(failed))
+
+
+def configure_node(spec: LabSpec, node: NodeSpec) -> None:
+    with IPRoute(netns=node.netns) as ipr:
+        ipr.link("set", index=1, state="up")
+        for iface in node.interfaces:
+            if iface.address and node.role != "host":
+                addr = IPv4Interface(iface.address)
+                ipr.addr("add", index=iface.ifindex, address=str(addr.ip), prefixlen=addr.network.prefixlen)
+            ipr.link("set", index=iface.ifindex, state="up")
+        if node.role == "host":
+            _configure_host(spec, node, ipr)
+
+
+def _configure_host(spec: LabSpec, node: NodeSpec, ipr: IPRoute) -> None:
+    nics = spec.host_nics.get(node.name, [])
+    by_name = {i.name: i for i in node.interfaces}
+    for nic in nics:
+        addr = IPv4Interface(nic.address)
+        for port in nic.ports:
+            # No prefix route: hosts reach even their own segment through the leaf, which
+            # answers ARP only for its gateway address (an L3 fabric down to the host).
+            ipr.addr("add", index=by_name[port].ifindex, address=str(addr.ip),
+                     prefixlen=addr.network.prefixlen, flags=IFA_F_NOPREFIXROUTE)
+
+    def via(nic_index: int) -> dict:
+        nic = nics[nic_index]
+        hops = [{"gateway": nic.gateway, "oif": by_name[p].ifindex, "flags": RTNH_F_ONLINK} for p in nic.ports]
+        if len(hops) == 1:
+            return {"gateway": nic.gateway, "oif": hops[0]["oif"], "flags": RTNH_F_ONLINK}
+        return {"multipath": hops}
+
+    for i, nic in enumerate(nics):
+        carriers = set(nic.relay.values())
+        if carriers == {i}:
+            ipr.route("add", dst="0.0.0.0/0", table=nic.table, **via(i))
+        else:
+            for segment, carrier in sorted(nic.relay.items()):
+                ipr.route("add", dst=segment, table=nic.table, **via(carrier))
+        ipr.rule("add", src=str(IPv4Interface(nic.address).ip), src_len=32,
+                 table=nic.table, priority=RULE_PRIORITY_BASE + i)
+
+    # Main table, for traffic not bound to a NIC: each segment through the NIC on it, or
+    # the one the first NIC would relay through.
+    for segment in spec.segments:
+        network = IPv4Network(segment)
+        direct = [i for i, n in enumerate(nics) if IPv4Interface(n.address).ip in network]
+        carrier = direct[0] if direct else (nics[0].relay.get(segment) if nics else None)
+        if carrier is not None:
+            ipr.route("add", dst=segment, **via(carrier))
+
+
+def configure_all(spec: LabSpec) -> None:
+    for node in spec.nodes:
+        configure_node(spec, node)
+
+
+def delete_namespaces(names: list[str]) -> list[str]:
+    """Delete the named namespaces (their veths go with them). Returns the ones it removed."""
+    present = set(list_netns())
+    removed = []
+    for name in names:
+        if name in present:
+            try:
+                pr_netns.remove(name)
+                removed.append(name)
+            except OSError:
+                subprocess.run(["ip", "netns", "delete", name], check=False,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                removed.append(name)
+    return removed

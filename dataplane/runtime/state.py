@@ -1,0 +1,74 @@
+"""Where a lab records what it made, so that any later process can find and remove it.
+
+Everything a lab creates carries the lab's name: its state directory
+(/run/railab/<lab>/), its namespaces (railab-<lab>-<node>), its pinned BPF objects
+(/sys/fs/bpf/railab/<lab>/) and its agent (`python -m dataplane.agent <lab>`).
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from dataplane.runtime.labspec import LabSpec
+
+STATE_ROOT = Path(os.environ.get("RAILAB_STATE_DIR", "/run/railab"))
+BPFFS_ROOT = Path(os.environ.get("RAILAB_BPFFS_DIR", "/sys/fs/bpf/railab"))
+LAB_NAME = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9._-]*$")
+
+
+def state_dir(lab: str) -> Path:
+    return STATE_ROOT / lab
+
+
+def state_file(lab: str) -> Path:
+    return state_dir(lab) / "lab.json"
+
+
+def pin_dir(lab: str) -> Path:
+    return BPFFS_ROOT / lab
+
+
+def agent_socket(lab: str) -> Path:
+    return state_dir(lab) / "agent.sock"
+
+
+def agent_log(lab: str) -> Path:
+    return state_dir(lab) / "agent.log"
+
+
+@dataclass
+class LabState:
+    spec: LabSpec
+    status: str                  # deploying | up
+    agent_pid: int | None = None
+
+    def save(self) -> None:
+        path = state_file(self.spec.name)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(
+            {"status": self.status, "agent_pid": self.agent_pid, "spec": self.spec.to_json()},
+            indent=1,
+        ))
+        os.replace(tmp, path)
+
+
+def load(lab: str) -> LabState | None:
+    try:
+        data = json.loads(state_file(lab).read_text())
+    except (FileNotFoundError, json.JSONDecodeError):
+        return None
+    return LabState(LabSpec.from_json(data["spec"]), data["status"], data.get("agent_pid"))
+
+
+def known_labs() -> list[str]:
+    """Labs with a state directory, plus labs that left only namespaces behind."""
+    names = set()
+    if STATE_ROOT.is_dir():
+        names.update(p.name for p in STATE_ROOT.iterdir() if p.is_dir())
+    if BPFFS_ROOT.is_dir():
+        names.update(p.name for p in BPFFS_ROOT.iterdir() if p.is_dir())
+    return sorted(names)
