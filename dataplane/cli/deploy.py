@@ -9,15 +9,21 @@ from dataplane.errors import RuntimeStateError
 def register(sub) -> None:
     p = sub.add_parser("deploy", help="deploy a lab from a containerlab topology file")
     p.add_argument("file", help="containerlab topology file (*.clab.yml)")
+    p.add_argument("--name", help="lab name, overriding the file's name: field (as containerlab deploy --name)")
     p.add_argument("--runtime", choices=("netns", "containerlab"), default="netns",
                    help="netns (default): namespaces on this machine; containerlab: hand the file to containerlab")
     p.set_defaults(func=run)
 
 
 def run(args) -> int:
-    from dataplane.topology.clab import load_topology
+    from dataplane.topology.clab import read as load_topology
 
     topo = load_topology(args.file)
+    if args.name:
+        from dataplane.runtime.state import LAB_NAME
+        if not LAB_NAME.match(args.name):
+            raise RuntimeStateError(f"--name {args.name!r}: a lab name is letters, digits, '-', '_' and '.'")
+        topo.name = args.name
     if args.runtime == "containerlab":
         return _containerlab(args.file)
     from dataplane.runtime import labspec, lifecycle

@@ -1,0 +1,91 @@
+"""Lab fixtures: every lab a test deploys gets a unique name and is destroyed afterwards,
+also when the test fails; `assert_no_leftovers` checks that nothing of it remains."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+
+from dataplane.runtime import lifecycle, state
+from dataplane.runtime import netns as rt
+from dataplane.runtime.labspec import LabSpec, build
+from dataplane.topology.clab import read as load_topology
+
+ROOT = Path(__file__).resolve().parents[2]
+LABS = ROOT / "labs"
+RAILAB = [sys.executable, "-m", "dataplane.cli.main"]
+
+
+def unique_name(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:6]}"
+
+
+def shipped(kind: str) -> Path:
+    return LABS / kind / f"{kind}.clab.yml"
+
+
+def spec_from(path: Path, name: str) -> LabSpec:
+    topo = load_topology(path)
+    topo.name = name
+    return build(topo, str(path))
+
+
+def leftovers(lab: str, spec: LabSpec | None = None) -> list[str]:
+    found = []
+    names = {n.netns for n in spec.nodes} if spec else set()
+    for ns in rt.list_netns():
+        if ns in names or ns.startswith(f"railab-{lab}-"):
+            found.append(f"netns {ns}")
+    if state.state_dir(lab).exists():
+        found.append(f"state dir {state.state_dir(lab)}")
+    if state.pin_dir(lab).exists():
+        found.append(f"pins {state.pin_dir(lab)}")
+    for pid in lifecycle._lab_agent_pids(lab):
+        found.append(f"agent process {pid}")
+    return found
+
+
+def railab(*args: str, check: bool = True, timeout: float = 180) -> subprocess.CompletedProcess:
+    proc = subprocess.run([*RAILAB, *args], capture_output=True, text=True, timeout=timeout, cwd=ROOT)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"railab {' '.join(args)} exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}")
+    return proc
+
+
+@pytest.fixture
+def lab_factory():
+    """Deploys labs in-process; destroys every one of them at the end, whatever happens."""
+    made: list[LabSpec] = []
+
+    def deploy(path: Path, prefix: str = "t") -> LabSpec:
+        spec = spec_from(path, unique_name(prefix))
+        made.append(spec)
+        lifecycle.deploy(spec)
+        return spec
+
+    yield deploy
+    problems = []
+    for spec in made:
+        lifecycle.destroy(spec.name)
+        left = leftovers(spec.name, spec)
+        if left:
+            problems.append(f"{spec.name}: {left}")
+    assert not problems, f"labs left things behind: {problems}"
+
+
+def xdp_prog_ids_in(netns: str) -> list[int]:
+    out = subprocess.run(["ip", "-n", netns, "-d", "link", "show"], capture_output=True, text=True).stdout
+    ids = []
+    for line in out.splitlines():
+        if "prog/xdp id" in line:
+            ids.append(int(line.split("prog/xdp id")[1].split()[0]))
+    return ids
+
+
+def bpf_prog_exists(prog_id: int) -> bool:
+    return subprocess.run(["bpftool", "prog", "show", "id", str(prog_id)],
+                          capture_output=True).returncode == 0

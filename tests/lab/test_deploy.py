@@ -1,0 +1,203 @@
+"""Whole labs on namespaces: deploy, probe every NIC pair through the XDP switches,
+read the counters, destroy, and check nothing is left."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from dataplane.netns_util import in_netns
+from dataplane.probe import run_probe
+from dataplane.runtime import agent_client, lifecycle, state
+
+from .conftest import (RAILAB, ROOT, bpf_prog_exists, leftovers, railab, shipped, spec_from,
+                       unique_name, xdp_prog_ids_in)
+
+KINDS = ("clos2", "clos3", "rail-only", "rail-optimized", "dual-plane")
+DATA = Path(__file__).parent / "data"
+
+
+def _forwarded_by_xdp(spec) -> dict[str, int]:
+    """Packets each switch forwarded, from the data plane's own group-member counters."""
+    counters = agent_client.request(spec.name, "counters")["switches"]
+    return {
+        switch: sum(m["packets"] for g in data["groups"].values() for m in g["members"])
+        for switch, data in counters.items()
+    }
+
+
+def _read_sysctl(netns: str, key: str) -> str:
+    with in_netns(netns):
+        return Path("/proc/sys/" + key.replace(".", "/")).read_text().strip()
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_shipped_lab_probes_clean_through_xdp(lab_factory, kind):
+    spec = lab_factory(shipped(kind), prefix=kind[:4])
+    for switch in spec.switches:
+        assert _read_sysctl(switch.netns, "net.ipv4.ip_forward") == "0"
+        assert xdp_prog_ids_in(switch.netns), f"{switch.name} has no XDP program attached"
+
+    result = run_probe(spec)
+    assert result.pairs > 0
+    assert result.failed == [], result.failed[:5]
+    assert result.ok == result.pairs
+
+    forwarded = _forwarded_by_xdp(spec)
+    leaves = [n.name for n in spec.switches if n.role == "leaf"]
+    assert all(forwarded[leaf] > 0 for leaf in leaves), forwarded
+    if kind != "rail-only":
+        spines = [n.name for n in spec.switches if n.role == "spine"]
+        assert sum(forwarded[s] for s in spines) > 0, forwarded
+
+
+def test_foreign_srlinux_file_deploys_and_probes(lab_factory):
+    spec = lab_factory(DATA / "srl-leaf-spine.clab.yml", prefix="srl")
+    roles = {n.name: n.role for n in spec.nodes}
+    assert roles["spine1"] == "spine" and roles["leaf1"] == "leaf" and roles["client1"] == "host"
+    result = run_probe(spec)
+    assert result.pairs > 0 and result.failed == []
+
+
+def test_iperf3_tcp_crosses_leaf_spine_leaf(lab_factory):
+    spec = lab_factory(shipped("rail-optimized"), prefix="tcp")
+    src, dst = spec.hosts[0], spec.hosts[1]
+    # Different rails: src NIC 0 and dst NIC 1 sit on different leaves, so the path
+    # must cross a spine.
+    src_ip = spec.host_nics[src.name][0].address.split("/")[0]
+    dst_ip = spec.host_nics[dst.name][1].address.split("/")[0]
+    before = _forwarded_by_xdp(spec)
+    server = subprocess.Popen(["ip", "netns", "exec", dst.netns, "iperf3", "-s", "-1", "-B", dst_ip],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        for _ in range(50):
+            ss = subprocess.run(["ip", "netns", "exec", dst.netns, "ss", "-ltn"], capture_output=True, text=True)
+            if ":5201" in ss.stdout:
+                break
+            time.sleep(0.05)
+        client = subprocess.run(
+            ["ip", "netns", "exec", src.netns, "iperf3", "-c", dst_ip, "-B", src_ip, "-t", "2", "-J"],
+            capture_output=True, text=True, timeout=30,
+        )
+        assert client.returncode == 0, client.stdout[-500:] + client.stderr
+        report = json.loads(client.stdout)
+        assert report["end"]["sum_received"]["bits_per_second"] > 10e6
+    finally:
+        server.kill()
+        server.wait()
+    after = _forwarded_by_xdp(spec)
+    spines = [n.name for n in spec.switches if n.role == "spine"]
+    assert sum(after[s] - before[s] for s in spines) > 1000
+
+
+def test_two_labs_side_by_side(lab_factory):
+    first = lab_factory(shipped("rail-only"), prefix="one")
+    second = lab_factory(shipped("rail-only"), prefix="two")
+    assert run_probe(first).failed == []
+    assert run_probe(second).failed == []
+
+
+def test_deploy_twice_and_destroy_twice_are_noops(tmp_path):
+    name = unique_name("noop")
+    path = shipped("rail-only")
+    try:
+        railab("deploy", str(path), "--name", name)
+        again = railab("deploy", str(path), "--name", name)
+        assert "already deployed" in again.stdout
+        inspect = json.loads(railab("inspect", name, "--json").stdout)
+        assert inspect["name"] == name
+        node = inspect["nodes"][0]
+        assert {"name", "role", "netns", "interfaces"} <= node.keys()
+        assert {"name", "address", "peer"} <= node["interfaces"][0].keys()
+        assert {n["role"] for n in inspect["nodes"]} <= {"host", "leaf", "spine", "core"}
+    finally:
+        first = railab("destroy", name)
+    assert "destroyed" in first.stdout
+    second = railab("destroy", name)
+    assert second.returncode == 0 and "not deployed" in second.stdout
+    assert leftovers(name) == []
+
+
+def test_exec_runs_inside_a_node():
+    name = unique_name("exec")
+    try:
+        railab("deploy", str(shipped("rail-only")), "--name", name)
+        spec = state.load(name).spec
+        host = spec.hosts[0]
+        out = railab("exec", name, host.name, "--", "ip", "-br", "addr").stdout
+        assert spec.host_nics[host.name][0].address in out
+    finally:
+        railab("destroy", name)
+    assert leftovers(name) == []
+
+
+def _wait_for(predicate, timeout_s: float = 60.0) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.02)
+    return False
+
+
+def _start_deploy(name: str, kind: str = "rail-optimized") -> subprocess.Popen:
+    return subprocess.Popen(
+        [*RAILAB, "deploy", str(shipped(kind)), "--name", name],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+
+
+def test_kill_9_mid_deploy_then_destroy_leaves_nothing():
+    name = unique_name("kill")
+    proc = _start_deploy(name)
+    try:
+        assert _wait_for(lambda: any(n.startswith(f"railab-{name}-") for n in os.listdir("/run/netns"))
+                         if os.path.isdir("/run/netns") else False)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=10)
+        assert leftovers(name), "the kill should have left the half-built lab behind"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        railab("destroy", name)
+    assert leftovers(name) == []
+
+
+def test_kill_9_after_deploy_then_destroy_removes_programs_and_agent():
+    name = unique_name("crash")
+    proc = _start_deploy(name, "rail-only")
+    proc.wait(timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    spec = state.load(name).spec
+    prog_ids = {i for sw in spec.switches for i in xdp_prog_ids_in(sw.netns)}
+    assert prog_ids
+    # The agent is the lab's long-lived process; kill it like a crash would.
+    os.kill(state.load(name).agent_pid, signal.SIGKILL)
+    railab("destroy", name)
+    assert leftovers(name, spec) == []
+    assert not any(bpf_prog_exists(p) for p in prog_ids)
+
+
+def test_ctrl_c_during_deploy_leaves_nothing():
+    name = unique_name("intr")
+    proc = _start_deploy(name)
+    try:
+        assert _wait_for(lambda: state.state_file(name).exists())
+        # Let it get into namespace building before the interrupt.
+        _wait_for(lambda: any(n.startswith(f"railab-{name}-") for n in os.listdir("/run/netns"))
+                  if os.path.isdir("/run/netns") else False, 10)
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode != 0
+    assert "Traceback" not in proc.stderr
+    assert leftovers(name) == [], "an interrupted deploy must clean up after itself"
