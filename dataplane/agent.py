@@ -39,9 +39,11 @@ class SwitchProgrammer:
         return zlib.crc32(f"{self.spec.name}/{switch}".encode())
 
     def program(self) -> None:
+        slot = 0  # counters live in arrays indexed by slot, shared by the whole lab
         for node in self.spec.switches:
             self.dp.set_switch(node.switch_id, hash_seed=self.seed_for(node.name))
-            for slot, iface in enumerate(node.interfaces):
+            for iface in node.interfaces:
+                slot += 1
                 self.dp.set_port(iface.ifindex, switch_id=node.switch_id, slot=slot,
                                  mac=iface.mac, speed_bps=iface.speed_bps)
                 if iface.address:

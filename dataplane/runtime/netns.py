@@ -14,6 +14,7 @@ from pyroute2.netlink import NLM_F_ACK, NLM_F_CREATE, NLM_F_EXCL, NLM_F_REQUEST
 from pyroute2.netlink.rtnl import RTM_NEWLINK
 from pyroute2.netlink.rtnl.ifinfmsg import ifinfmsg
 
+from dataplane.netns_util import in_netns
 from dataplane.runtime.labspec import LabSpec, NodeSpec
 
 NETNS_DIR = "/run/netns"
@@ -113,8 +114,15 @@ def configure_sysctls(spec: LabSpec) -> None:
         raise RuntimeError("configuring namespaces failed: " + "; ".join(failed))
 
 
+def _ipr_in(netns: str) -> IPRoute:
+    # A netlink socket stays in the namespace it was opened in. pyroute2's own netns=
+    # forks a helper process, which is slower and inherits our signal handlers.
+    with in_netns(netns):
+        return IPRoute()
+
+
 def configure_node(spec: LabSpec, node: NodeSpec) -> None:
-    with IPRoute(netns=node.netns) as ipr:
+    with _ipr_in(node.netns) as ipr:
         ipr.link("set", index=1, state="up")
         for iface in node.interfaces:
             if iface.address and node.role != "host":

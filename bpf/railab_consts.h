@@ -1,0 +1,81 @@
+/* railab data plane: compile-time sizes and shared constants.
+ *
+ * Sizes are overridable with -D cflags (dataplane/switch_dataplane.py passes them);
+ * every value here is mirrored in dataplane/bpf_abi.py and checked by
+ * tests/bpf/test_abi.py -- keep the two in sync.
+ */
+#ifndef RAILAB_CONSTS_H
+#define RAILAB_CONSTS_H
+
+/* ---- map sizes (override with -DNAME=value) ---- */
+#ifndef MAX_PORTS
+#define MAX_PORTS 4096          /* switch ports of the whole lab; also the port-slot range */
+#endif
+#ifndef MAX_SWITCHES
+#define MAX_SWITCHES 1024       /* switch ids are 0 .. MAX_SWITCHES-1 */
+#endif
+#ifndef MAX_GROUPS
+#define MAX_GROUPS 1024         /* next-hop group ids are 0 .. MAX_GROUPS-1 (lab-wide) */
+#endif
+#ifndef MAX_MEMBERS
+#define MAX_MEMBERS 64          /* members per group; member table stride */
+#endif
+#ifndef MAX_ROUTES
+#define MAX_ROUTES 65536        /* LPM entries, all switches together */
+#endif
+#ifndef MAX_ADDRS
+#define MAX_ADDRS 16384         /* owned addresses, all switches together */
+#endif
+
+/* ---- protocol numbers ---- */
+#define RL_ETH_P_IP     0x0800
+#define RL_ETH_P_ARP    0x0806
+#define RL_IPPROTO_TCP  6
+#define RL_IPPROTO_UDP  17
+#define ROCE_V2_UDP_PORT 4791
+#define RL_ARPHRD_ETHER 1
+#define RL_ARPOP_REQUEST 1
+#define RL_ARPOP_REPLY   2
+#define RL_IP_MF        0x2000
+#define RL_IP_OFFSET    0x1FFF
+
+/* ---- drop reasons: index into port_stats.drops[] and drop_stats ---- */
+#define DROP_NONE          0
+#define DROP_PARSE_ERROR   1   /* truncated / malformed Ethernet, IPv4, L4 or BTH header */
+#define DROP_NOT_IPV4      2   /* neither IPv4 nor ARP (IPv6, LLDP, VLAN-tagged ...) */
+#define DROP_NO_ROUTE      3   /* no LPM match for (switch, dst) */
+#define DROP_TTL_EXPIRED   4   /* TTL <= 1 on a packet that would be forwarded */
+#define DROP_NO_MEMBER     5   /* route's group missing, empty, or picked an empty member slot */
+#define DROP_PORT_DOWN     6   /* ingress port administratively down (PORT_F_DOWN) */
+#define DROP_UNKNOWN_PORT  7   /* ingress ifindex not in the port map (counted globally only) */
+#define DROP_NOT_UNICAST   8   /* IPv4 in an Ethernet multicast/broadcast frame */
+#define DROP_REASON_MAX    16  /* array size; reasons 9..15 are reserved */
+
+/* ---- next-hop group modes (struct group.mode) ---- */
+#define LB_MODE_ECMP         0   /* hash of selected fields, seeded per switch */
+#define LB_MODE_LBN          1   /* ingress port's lbn value mod n_members */
+#define LB_MODE_SPRAY_RANDOM 2   /* per packet, bpf_get_prandom_u32 */
+/* 3.. reserved (spray round-robin, flowlet, wcmp ...); unknown modes behave as ECMP */
+#define LB_MODE_MAX          3
+
+/* ---- hash field selection flags (struct group.hash_fields / switch_cfg.hash_fields) ---- */
+#define HASH_F_SRC_IP       (1U << 0)
+#define HASH_F_DST_IP       (1U << 1)
+#define HASH_F_PROTO        (1U << 2)
+#define HASH_F_SRC_PORT     (1U << 3)
+#define HASH_F_DST_PORT     (1U << 4)
+#define HASH_F_BTH_DQP      (1U << 5)   /* RoCEv2 BTH destination QP (only if a BTH was parsed) */
+#define HASH_F_INGRESS_PORT (1U << 6)   /* ingress ifindex */
+#define HASH_FIELDS_5TUPLE  0x1fU
+/* group.hash_fields == 0 -> use the switch's; switch's == 0 -> HASH_FIELDS_5TUPLE */
+
+/* ---- flags ---- */
+#define PORT_F_DOWN       (1U << 0)   /* drop everything received on this port */
+#define PORT_F_PROXY_ARP  (1U << 1)   /* answer ARP for any target the switch has a route to */
+#define PORT_F_ARP_XDP_TX (1U << 2)   /* send ARP replies with XDP_TX instead of a redirect to
+                                       * the ingress port; on veth XDP_TX only reaches the peer
+                                       * if the peer has an XDP program (GRO is not enough) */
+
+#define RL_XDP_ACTION_MAX 5           /* XDP_ABORTED .. XDP_REDIRECT */
+
+#endif /* RAILAB_CONSTS_H */

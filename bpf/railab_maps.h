@@ -1,0 +1,50 @@
+/* railab data plane: every BPF map. One object serves every switch of a lab.
+ *
+ * bcc rewrites `map.lookup()` only inside the main file, so this header only
+ * declares maps; all accesses live in switch.c. Host order unless noted.
+ */
+#ifndef RAILAB_MAPS_H
+#define RAILAB_MAPS_H
+
+#include "railab_structs.h"
+
+/* ports: key __u32 ingress ifindex (lab-unique, host order) -> struct port_info
+ * (which switch the port belongs to, its slot, MAC, flags). */
+BPF_HASH(ports, __u32, struct port_info, MAX_PORTS);
+
+/* switches: key __u32 switch_id (array index) -> struct switch_cfg (hash seed, default fields). */
+BPF_ARRAY(switches, struct switch_cfg, MAX_SWITCHES);
+
+/* routes: LPM trie, key struct route_key {prefixlen = 32 + plen, switch_id big-endian,
+ * IPv4 dst big-endian} -> struct route_val {group_id}. Per-switch routing tables. */
+BPF_LPM_TRIE(routes, struct route_key, struct route_val, MAX_ROUTES);
+
+/* groups: key __u32 group_id (array index, lab-wide) -> struct group {mode, n_members, hash_fields}. */
+BPF_ARRAY(groups, struct group, MAX_GROUPS);
+
+/* members: key __u32 group_id * MAX_MEMBERS + i -> struct member {egress ifindex,
+ * egress slot, next-hop MAC, egress port MAC}. */
+BPF_ARRAY(members, struct member, MAX_GROUPS * MAX_MEMBERS);
+
+/* port_addrs: key struct port_addr_key {ifindex host order, IPv4 big-endian} -> __u32 flags.
+ * ARP requests for ip arriving on ifindex get an XDP_TX reply with the port's MAC. */
+BPF_HASH(port_addrs, struct port_addr_key, __u32, MAX_ADDRS);
+
+/* local_addrs: key struct local_addr_key {switch_id host order, IPv4 big-endian} -> __u32
+ * refcount. IPv4 to one of these is XDP_PASS (the switch's own kernel stack). */
+BPF_HASH(local_addrs, struct local_addr_key, __u32, MAX_ADDRS);
+
+/* port_stats: PERCPU, key __u32 port slot -> struct port_stats (rx/tx/drops by reason). */
+BPF_PERCPU_ARRAY(port_stats, struct port_stats, MAX_PORTS);
+
+/* member_stats: PERCPU, key as `members` -> struct pkt_count (frames sent via that member). */
+BPF_PERCPU_ARRAY(member_stats, struct pkt_count, MAX_GROUPS * MAX_MEMBERS);
+
+/* verdict_stats: PERCPU, key __u32 XDP action (0 aborted .. 4 redirect) -> struct pkt_count. */
+BPF_PERCPU_ARRAY(verdict_stats, struct pkt_count, RL_XDP_ACTION_MAX);
+
+/* drop_stats: PERCPU, key __u32 DROP_* reason -> __u64 frames, all ports together
+ * (the only place DROP_UNKNOWN_PORT is counted). */
+BPF_PERCPU_ARRAY(drop_stats, __u64, DROP_REASON_MAX);
+
+#endif /* RAILAB_MAPS_H */

@@ -1,0 +1,239 @@
+"""ctypes mirrors of the railab data-plane C structs and constants.
+
+MUST STAY IN SYNC with bpf/railab_consts.h and bpf/railab_structs.h.
+tests/bpf/test_abi.py compares every struct here with the ctypes type bcc
+generates from the C (size and field offsets) and every constant with its
+#define, so a drift fails the test suite.
+
+Byte order: IPv4 addresses and fields named *_be are network order (build them
+with ip_be()); everything else is host order.
+"""
+
+from __future__ import annotations
+
+import ctypes as ct
+import ipaddress
+import socket
+import sys
+
+_LITTLE = sys.byteorder == "little"
+
+# ---- default map sizes (overridable at load time with -D cflags) ----
+MAX_PORTS = 4096
+MAX_SWITCHES = 1024
+MAX_GROUPS = 1024
+MAX_MEMBERS = 64
+MAX_ROUTES = 65536
+MAX_ADDRS = 16384
+
+# ---- protocol numbers ----
+RL_ETH_P_IP = 0x0800
+RL_ETH_P_ARP = 0x0806
+RL_IPPROTO_TCP = 6
+RL_IPPROTO_UDP = 17
+ROCE_V2_UDP_PORT = 4791
+
+# ---- drop reasons (index into port_stats.drops and drop_stats) ----
+DROP_NONE = 0
+DROP_PARSE_ERROR = 1
+DROP_NOT_IPV4 = 2
+DROP_NO_ROUTE = 3
+DROP_TTL_EXPIRED = 4
+DROP_NO_MEMBER = 5
+DROP_PORT_DOWN = 6
+DROP_UNKNOWN_PORT = 7
+DROP_NOT_UNICAST = 8
+DROP_REASON_MAX = 16
+
+DROP_REASONS: dict[int, str] = {
+    DROP_PARSE_ERROR: "parse_error",
+    DROP_NOT_IPV4: "not_ipv4",
+    DROP_NO_ROUTE: "no_route",
+    DROP_TTL_EXPIRED: "ttl_expired",
+    DROP_NO_MEMBER: "no_member",
+    DROP_PORT_DOWN: "port_down",
+    DROP_UNKNOWN_PORT: "unknown_port",
+    DROP_NOT_UNICAST: "not_unicast",
+}
+
+# ---- group modes ----
+LB_MODE_ECMP = 0
+LB_MODE_LBN = 1
+LB_MODE_SPRAY_RANDOM = 2
+LB_MODE_MAX = 3
+LB_MODES: dict[str, int] = {
+    "ecmp": LB_MODE_ECMP,
+    "lbn": LB_MODE_LBN,
+    "spray_random": LB_MODE_SPRAY_RANDOM,
+}
+
+# ---- hash field flags ----
+HASH_F_SRC_IP = 1 << 0
+HASH_F_DST_IP = 1 << 1
+HASH_F_PROTO = 1 << 2
+HASH_F_SRC_PORT = 1 << 3
+HASH_F_DST_PORT = 1 << 4
+HASH_F_BTH_DQP = 1 << 5
+HASH_F_INGRESS_PORT = 1 << 6
+HASH_FIELDS_5TUPLE = 0x1F
+HASH_FIELDS: dict[str, int] = {
+    "src_ip": HASH_F_SRC_IP,
+    "dst_ip": HASH_F_DST_IP,
+    "proto": HASH_F_PROTO,
+    "src_port": HASH_F_SRC_PORT,
+    "dst_port": HASH_F_DST_PORT,
+    "bth_dqp": HASH_F_BTH_DQP,
+    "ingress_port": HASH_F_INGRESS_PORT,
+}
+
+# ---- flags ----
+PORT_F_DOWN = 1 << 0
+PORT_F_PROXY_ARP = 1 << 1
+PORT_F_ARP_XDP_TX = 1 << 2
+
+RL_XDP_ACTION_MAX = 5
+XDP_ACTIONS: dict[int, str] = {0: "aborted", 1: "drop", 2: "pass", 3: "tx", 4: "redirect"}
+
+
+class PortInfo(ct.Structure):
+    """value of `ports` (key: c_uint32 ifindex)"""
+    _fields_ = [
+        ("switch_id", ct.c_uint32),
+        ("slot", ct.c_uint16),
+        ("flags", ct.c_uint16),
+        ("mac", ct.c_uint8 * 6),
+        ("lbn", ct.c_uint16),
+        ("speed_bps", ct.c_uint64),
+    ]
+
+
+class SwitchCfg(ct.Structure):
+    """value of `switches` (key: switch_id)"""
+    _fields_ = [
+        ("hash_seed", ct.c_uint32),
+        ("hash_fields", ct.c_uint32),
+        ("flags", ct.c_uint32),
+        ("_pad", ct.c_uint32),
+    ]
+
+
+class RouteKey(ct.Structure):
+    """key of `routes` (LPM): prefixlen = 32 + plen; switch_id_be and dst network order"""
+    _fields_ = [
+        ("prefixlen", ct.c_uint32),
+        ("switch_id_be", ct.c_uint32),
+        ("dst", ct.c_uint32),
+    ]
+
+
+class RouteVal(ct.Structure):
+    _fields_ = [
+        ("group_id", ct.c_uint32),
+        ("flags", ct.c_uint32),
+    ]
+
+
+class Group(ct.Structure):
+    """value of `groups` (key: group_id)"""
+    _fields_ = [
+        ("mode", ct.c_uint16),
+        ("n_members", ct.c_uint16),
+        ("hash_fields", ct.c_uint32),
+        ("flags", ct.c_uint32),
+        ("_pad", ct.c_uint32),
+    ]
+
+
+class Member(ct.Structure):
+    """value of `members` (key: group_id * max_members + i)"""
+    _fields_ = [
+        ("ifindex", ct.c_uint32),
+        ("egress_slot", ct.c_uint16),
+        ("flags", ct.c_uint16),
+        ("dmac", ct.c_uint8 * 6),
+        ("smac", ct.c_uint8 * 6),
+    ]
+
+
+class PortAddrKey(ct.Structure):
+    """key of `port_addrs` (value: c_uint32 flags)"""
+    _fields_ = [
+        ("ifindex", ct.c_uint32),
+        ("ip", ct.c_uint32),
+    ]
+
+
+class LocalAddrKey(ct.Structure):
+    """key of `local_addrs` (value: c_uint32 refcount)"""
+    _fields_ = [
+        ("switch_id", ct.c_uint32),
+        ("ip", ct.c_uint32),
+    ]
+
+
+class PortStats(ct.Structure):
+    """value of `port_stats` (PERCPU, key: port slot)"""
+    _fields_ = [
+        ("rx_packets", ct.c_uint64),
+        ("rx_bytes", ct.c_uint64),
+        ("tx_packets", ct.c_uint64),
+        ("tx_bytes", ct.c_uint64),
+        ("drops", ct.c_uint64 * DROP_REASON_MAX),
+    ]
+
+
+class PktCount(ct.Structure):
+    """value of `member_stats` and `verdict_stats` (PERCPU)"""
+    _fields_ = [
+        ("packets", ct.c_uint64),
+        ("bytes", ct.c_uint64),
+    ]
+
+
+# map name -> (key type, value type); sizes of array maps come from the cflags
+MAPS: dict[str, tuple[type, type]] = {
+    "ports": (ct.c_uint32, PortInfo),
+    "switches": (ct.c_uint32, SwitchCfg),
+    "routes": (RouteKey, RouteVal),
+    "groups": (ct.c_uint32, Group),
+    "members": (ct.c_uint32, Member),
+    "port_addrs": (PortAddrKey, ct.c_uint32),
+    "local_addrs": (LocalAddrKey, ct.c_uint32),
+    "port_stats": (ct.c_uint32, PortStats),
+    "member_stats": (ct.c_uint32, PktCount),
+    "verdict_stats": (ct.c_uint32, PktCount),
+    "drop_stats": (ct.c_uint32, ct.c_uint64),
+}
+
+# C #define name -> value mirrored above (checked against railab_consts.h)
+CONSTANTS: dict[str, int] = {
+    name: value
+    for name, value in dict(globals()).items()
+    if name.isupper() and not name.startswith("_") and type(value) is int
+}
+
+
+def ip_be(ip: str | ipaddress.IPv4Address) -> int:
+    """IPv4 address as the u32 whose in-memory bytes are network order (host-endian int)."""
+    return int.from_bytes(socket.inet_aton(str(ip)), "little" if _LITTLE else "big")
+
+
+def u32_be(value: int) -> int:
+    """A host-order u32 stored so that its bytes in memory are big-endian."""
+    return int.from_bytes(value.to_bytes(4, "big"), "little" if _LITTLE else "big")
+
+
+def mac_bytes(mac: bytes | str) -> bytes:
+    """'aa:bb:cc:dd:ee:ff' / 'aa-bb-..' / 'aabbccddeeff' / 6 bytes -> 6 bytes."""
+    if isinstance(mac, (bytes, bytearray)):
+        b = bytes(mac)
+    else:
+        b = bytes.fromhex(mac.replace(":", "").replace("-", ""))
+    if len(b) != 6:
+        raise ValueError(f"not a MAC address: {mac!r}")
+    return b
+
+
+def mac_str(mac: bytes | ct.Array) -> str:
+    return ":".join(f"{x:02x}" for x in bytes(mac))
+

@@ -1,0 +1,56 @@
+"""Run code in a named network namespace on the current thread.
+
+setns(2) changes only the calling thread's network namespace, so sockets opened
+inside the `with` block (netlink, BPF_PROG_TEST_RUN's device lookup, ...) belong
+to the target namespace while file descriptors such as BPF program fds stay
+valid -- unlike helpers that fork or spawn a process. The original namespace is
+restored in `finally`, even if the body raises.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+
+CLONE_NEWNET = 0x40000000
+NETNS_RUN_DIR = "/run/netns"
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.setns.argtypes = [ctypes.c_int, ctypes.c_int]
+
+
+def _setns(fd: int) -> None:
+    if _libc.setns(fd, CLONE_NEWNET) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"setns: {os.strerror(err)}")
+
+
+def netns_path(netns: str) -> str:
+    return netns if netns.startswith("/") else os.path.join(NETNS_RUN_DIR, netns)
+
+
+@contextlib.contextmanager
+def in_netns(netns: str | None):
+    """Enter network namespace `netns` (name under /run/netns or a path) for the block.
+
+    netns None or "" means: stay where we are.
+    """
+    if not netns:
+        yield
+        return
+    target = os.open(netns_path(netns), os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        orig = os.open("/proc/thread-self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
+    except BaseException:
+        os.close(target)
+        raise
+    try:
+        _setns(target)
+        try:
+            yield
+        finally:
+            _setns(orig)
+    finally:
+        os.close(target)
+        os.close(orig)

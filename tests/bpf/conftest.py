@@ -1,0 +1,149 @@
+"""Fixtures for the XDP data-plane tests (root + bcc).
+
+Every test here is marked `bpf` and `root`. Without root (or without bcc) the
+tests are skipped with a reason naming what is missing -- except under CI
+(env CI set), where a missing prerequisite is an error: the suite runs as root
+there and must never silently skip.
+
+Namespaces and bpffs pins created here carry the prefix PREFIX (pid-based), are
+always removed by their fixtures, and test_zz_cleanup.py checks none is left.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+PREFIX = f"rlt{os.getpid()}"
+PIN_ROOT = f"/sys/fs/bpf/{PREFIX}"
+
+
+def _missing() -> str | None:
+    if os.geteuid() != 0:
+        return "needs root (network namespaces, BPF program loading)"
+    try:
+        import bcc  # noqa: F401
+    except ImportError:
+        return (f"needs the bcc Python module (Debian python3-bpfcc) visible to {sys.executable}; "
+                "create the venv with --system-site-packages")
+    if not shutil.which("ip"):
+        return "needs iproute2 (`ip`)"
+    return None
+
+
+def pytest_collection_modifyitems(config, items):
+    missing = _missing()
+    here = os.path.dirname(__file__)
+    for item in items:
+        if not str(item.fspath).startswith(here):
+            continue
+        item.add_marker(pytest.mark.bpf)
+        item.add_marker(pytest.mark.root)
+        if missing and not os.environ.get("CI"):
+            item.add_marker(pytest.mark.skip(reason=missing))
+        # under CI a missing prerequisite is not skipped: _ci_must_not_skip fails the test
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _ci_must_not_skip():
+    missing = _missing()
+    if missing and os.environ.get("CI"):
+        pytest.fail(f"tests/bpf in CI: {missing}")
+
+
+def sh(cmd: str | list[str], check: bool = True, **kw) -> subprocess.CompletedProcess:
+    """Run a command (string is split on spaces), capture output, raise with stderr on failure."""
+    args = cmd.split() if isinstance(cmd, str) else cmd
+    p = subprocess.run(args, capture_output=True, text=True, **kw)
+    if check and p.returncode != 0:
+        raise RuntimeError(f"{' '.join(args)} -> {p.returncode}: {p.stderr.strip()}")
+    return p
+
+
+def link_mac(netns: str, ifname: str) -> str:
+    out = sh(["ip", "-j", "-n", netns, "link", "show", "dev", ifname]).stdout
+    return json.loads(out)[0]["address"]
+
+
+def link_index(netns: str, ifname: str) -> int:
+    out = sh(["ip", "-j", "-n", netns, "link", "show", "dev", ifname]).stdout
+    return json.loads(out)[0]["ifindex"]
+
+
+class NetnsFactory:
+    """Creates namespaces named PREFIX-<name>; delete_all() removes every one it made."""
+
+    def __init__(self):
+        self.made: list[str] = []
+
+    def __call__(self, name: str) -> str:
+        full = f"{PREFIX}-{name}"
+        sh(["ip", "netns", "add", full])
+        self.made.append(full)
+        sh(["ip", "-n", full, "link", "set", "lo", "up"])
+        return full
+
+    def delete_all(self):
+        errors = []
+        for ns in reversed(self.made):
+            p = sh(["ip", "netns", "del", ns], check=False)
+            if p.returncode != 0 and os.path.exists(f"/run/netns/{ns}"):
+                errors.append(f"{ns}: {p.stderr.strip()}")
+        self.made.clear()
+        if errors:
+            raise RuntimeError("could not delete namespaces: " + "; ".join(errors))
+
+
+@pytest.fixture
+def netns():
+    f = NetnsFactory()
+    try:
+        yield f
+    finally:
+        f.delete_all()
+
+
+@pytest.fixture(scope="module")
+def module_netns():
+    f = NetnsFactory()
+    try:
+        yield f
+    finally:
+        f.delete_all()
+
+
+@pytest.fixture(scope="session")
+def dp():
+    """The one compiled data plane of the test session (compile once, ~1.5 s)."""
+    from dataplane.switch_dataplane import SwitchDataplane
+    d = SwitchDataplane()
+    try:
+        yield d
+    finally:
+        d.close()
+
+
+@pytest.fixture
+def pin_dir():
+    """A fresh directory under /sys/fs/bpf/PREFIX/ for pinning; removed afterwards."""
+    from dataplane.switch_dataplane import SwitchDataplane
+    path = os.path.join(PIN_ROOT, "lab")
+    try:
+        yield path
+    finally:
+        SwitchDataplane.unpin(path)
+        if os.path.isdir(PIN_ROOT):
+            for name in os.listdir(PIN_ROOT):   # anything a failed test left behind
+                sub = os.path.join(PIN_ROOT, name)
+                if os.path.isdir(sub):
+                    for f in os.listdir(sub):
+                        os.unlink(os.path.join(sub, f))
+                    os.rmdir(sub)
+                else:
+                    os.unlink(sub)
+            os.rmdir(PIN_ROOT)

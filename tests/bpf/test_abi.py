@@ -1,0 +1,71 @@
+"""bpf_abi's ctypes mirrors must match the C (as bcc sees it) byte for byte."""
+
+from __future__ import annotations
+
+import ctypes as ct
+import re
+
+import pytest
+
+from dataplane import bpf_abi as abi
+from dataplane.switch_dataplane import BPF_DIR
+
+
+def _layout(t) -> list[tuple[str, int, int]]:
+    """(name, offset, size) of every non-padding field, nested structs flattened."""
+    if not (isinstance(t, type) and issubclass(t, ct.Structure)):
+        return []
+    out = []
+    for f in t._fields_:
+        name, ftype = f[0], f[1]
+        if name.startswith("__pad"):
+            continue
+        d = getattr(t, name)
+        out.append((name, d.offset, d.size))
+    return out
+
+
+@pytest.mark.parametrize("name", sorted(abi.MAPS))
+def test_map_types_match_c(dp, name):
+    table = dp._bpf[name.encode()]
+    bcc_key = table.Key
+    bcc_leaf = getattr(table, "sLeaf", table.Leaf)   # PERCPU tables keep the per-CPU leaf in sLeaf
+    key, leaf = abi.MAPS[name]
+    assert ct.sizeof(key) == ct.sizeof(bcc_key), f"{name} key size"
+    assert ct.sizeof(leaf) == ct.sizeof(bcc_leaf), f"{name} value size"
+    for mine, theirs in ((key, bcc_key), (leaf, bcc_leaf)):
+        lt = _layout(theirs)
+        lm = _layout(mine)
+        # bcc names fields as in C; our mirrors may have extra explicit _pad fields
+        assert [x for x in lm if not x[0].startswith("_pad")] == [x for x in lt if not x[0].startswith("_pad")], name
+
+
+def test_percpu_values_are_8_byte_multiples():
+    for name in ("port_stats", "member_stats", "verdict_stats", "drop_stats"):
+        assert ct.sizeof(abi.MAPS[name][1]) % 8 == 0, name
+
+
+def test_constants_match_c_defines():
+    defines = {}
+    for header in ("railab_consts.h",):
+        text = (BPF_DIR / header).read_text()
+        for m in re.finditer(r"^#define\s+(\w+)\s+(.+?)\s*(?:/\*.*)?$", text, re.M):
+            name, expr = m.group(1), m.group(2).strip()
+            expr = re.sub(r"([0-9a-fA-F])U\b", r"\1", expr)       # 1U << 0 -> 1 << 0
+            if re.fullmatch(r"[0-9xXa-fA-F()<> ]+", expr):
+                defines[name] = eval(expr)               # noqa: S307 -- literal arithmetic only
+    mirrored = {k: v for k, v in abi.CONSTANTS.items()}
+    missing = sorted(set(mirrored) - set(defines))
+    assert not missing, f"bpf_abi constants without a C #define: {missing}"
+    unmirrored = sorted(set(defines) - set(mirrored) - {"RL_ARPHRD_ETHER", "RL_ARPOP_REQUEST",
+                                                          "RL_ARPOP_REPLY", "RL_IP_MF", "RL_IP_OFFSET"})
+    assert not unmirrored, f"C #defines not mirrored in bpf_abi: {unmirrored}"
+    for k, v in mirrored.items():
+        assert defines[k] == v, k
+
+
+def test_compiled_sizes_follow_cflags(dp):
+    assert f"-DMAX_PORTS={dp.max_ports}" in dp.cflags
+    assert dp._bpf[b"members"].max_entries == dp.max_groups * dp.max_members
+    assert dp._bpf[b"port_stats"].max_entries == dp.max_ports
+    assert dp._bpf[b"routes"].max_entries == dp.max_routes
