@@ -41,7 +41,7 @@ def _labs():
     root = Path(__file__).resolve().parents[2]
     small = load_topology(root / "labs" / "rail-optimized" / "rail-optimized.clab.yml")
     large = generate("dual-plane", name="bench-large", servers=32, rails=8, spines=4)
-    return [("shipped rail-optimized", small), ("dual-plane 32x8, 4 spines/plane", large)]
+    return [("rail-optimized (shipped)", small), ("dual-plane 32x8, 4+4 spines", large)]
 
 
 def run_deploy(args) -> int:
@@ -52,9 +52,10 @@ def run_deploy(args) -> int:
 
     lifecycle.require_root()
     table = Table(title="railab bench deploy")
-    for column in ("lab", "nodes", "links", "deploy s", "destroy s", "agent peak MiB",
+    table.add_column("lab", no_wrap=True)
+    for column in ("nodes", "links", "deploy s", "destroy s", "agent peak MiB",
                    "deployer peak MiB", "system delta MiB"):
-        table.add_column(column, justify="left" if column == "lab" else "right")
+        table.add_column(column, justify="right")
     for label, topo in _labs():
         for _ in range(args.repeat):
             topo.name = f"bench-{uuid.uuid4().hex[:6]}"

@@ -181,7 +181,8 @@ def test_kill_9_after_deploy_then_destroy_removes_programs_and_agent():
     os.kill(state.load(name).agent_pid, signal.SIGKILL)
     railab("destroy", name)
     assert leftovers(name, spec) == []
-    assert not any(bpf_prog_exists(p) for p in prog_ids)
+    # The kernel frees a namespace's devices (and so their XDP programs) asynchronously.
+    assert _wait_for(lambda: not any(bpf_prog_exists(p) for p in prog_ids), 10), prog_ids
 
 
 def test_ctrl_c_during_deploy_leaves_nothing():
