@@ -1,0 +1,133 @@
+"""`railab topo gen KIND ...` writes a containerlab file; `railab topo check FILE` reads one."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections import Counter
+
+from dataplane.topology import clab
+from dataplane.topology.generate import ALL_PARAMS, command_line, flag, generate
+from dataplane.topology.model import FABRIC_KINDS, TIER, Role, Topology
+
+PARAM_HELP = {
+    "servers": "number of servers (default per kind, e.g. 8)",
+    "rails": "GPUs = NICs per server; rail fabrics get one leaf per rail",
+    "pods": "clos3: number of pods (servers are split equally)",
+    "spines": "spines (per pod in clos3, per plane in dual-plane)",
+    "cores": "clos3: number of core (super-spine) switches",
+    "links_per_spine": "parallel links per leaf-spine pair (default: what the ratio needs)",
+    "planes": "dual-plane: number of planes (must be 2)",
+    "leaf_ports": "ports per switch, the radix (default 64); more servers than a leaf can "
+                  "take form several scalable units",
+    "oversubscription": "leaf downlink:uplink bandwidth, e.g. 1:1 (default) or 3:1",
+    "speed": "port speed of every link, e.g. 400G (default), 100G, 1.6T",
+}
+
+
+def register(subparsers) -> None:
+    topo = subparsers.add_parser("topo", help="generate or check containerlab topology files",
+                                 description=__doc__)
+    actions = topo.add_subparsers(dest="topo_action", metavar="ACTION", required=True)
+
+    gen = actions.add_parser(
+        "gen", help="generate a fabric as a containerlab file",
+        description="Generate a fabric of KIND (" + ", ".join(FABRIC_KINDS) + ") as a "
+                    "containerlab topology file.")
+    gen.add_argument("kind", metavar="KIND", help="one of " + ", ".join(FABRIC_KINDS))
+    for param in ALL_PARAMS:
+        # Values are checked by the generator, so a bad one is a one-line error naming it.
+        gen.add_argument(flag(param), dest=param, metavar="N" if param not in
+                         ("oversubscription", "speed") else "X", help=PARAM_HELP[param])
+    gen.add_argument("--name", help="lab name (default: the kind)")
+    gen.add_argument("-o", "--output", metavar="FILE", help="file to write (default: stdout)")
+    gen.set_defaults(func=run_gen)
+
+    check = actions.add_parser("check", help="read a containerlab file and say what railab sees",
+                               description="Read any containerlab file; print its fabric.")
+    check.add_argument("file", metavar="FILE")
+    check.add_argument("--json", action="store_true", help="machine-readable output")
+    check.set_defaults(func=run_check)
+
+
+def run_gen(args: argparse.Namespace) -> int:
+    topo = generate(args.kind, name=args.name, **{p: getattr(args, p) for p in ALL_PARAMS})
+    header = f"railab {topo.kind} fabric. Made by: {command_line(topo)}"
+    if args.output in (None, "-"):
+        sys.stdout.write(clab.dumps(topo, header))
+        return 0
+    clab.write(topo, args.output, header)
+    print(f"wrote {args.output}: {describe_nodes(topo)}, {len(topo.links)} links")
+    return 0
+
+
+def run_check(args: argparse.Namespace) -> int:
+    loaded = clab.load(args.file)
+    for warning in loaded.warnings:
+        print(f"railab: warning: {warning}", file=sys.stderr)
+    report = summary(loaded, args.file)
+    if args.json:
+        print(json.dumps(report, indent=2))
+    else:
+        print(render(report))
+    return 0
+
+
+def link_class(topo: Topology, link) -> str:
+    ends = sorted((topo.nodes[link.a.node].role, topo.nodes[link.b.node].role), key=TIER.get)
+    return f"{ends[0].value}-{ends[1].value}"
+
+
+def summary(loaded: clab.Loaded, path: str) -> dict:
+    topo = loaded.topology
+    roles = Counter(n.role.value for n in topo.nodes.values())
+    return {
+        "file": str(path),
+        "name": topo.name,
+        "kind": topo.kind,
+        "params": topo.params,
+        "nodes": {role.value: roles.get(role.value, 0) for role in Role},
+        "node_kinds": dict(Counter(n.kind for n in topo.nodes.values())),
+        "links": len(topo.links),
+        "link_classes": dict(Counter(link_class(topo, l) for l in topo.links)),
+        "rails": topo.rails(),
+        "planes": topo.planes(),
+        "pods": sorted({n.pod for n in topo.nodes.values() if n.pod is not None}),
+        "renamed_interfaces": [{"node": n, "file": f, "linux": l} for n, f, l in loaded.renamed],
+        "skipped_nodes": loaded.skipped,
+        "warnings": loaded.warnings,
+    }
+
+
+def describe_nodes(topo: Topology) -> str:
+    roles = Counter(n.role for n in topo.nodes.values())
+    plural = {Role.HOST: "hosts", Role.LEAF: "leaves", Role.SPINE: "spines", Role.CORE: "cores"}
+    return ", ".join(f"{roles[r]} {r.value if roles[r] == 1 else plural[r]}" for r in Role if roles[r])
+
+
+def _numbers(values: list[int]) -> str:
+    return " ".join(map(str, values)) if values else "none"
+
+
+def render(report: dict) -> str:
+    kind = report["kind"] or "not a railab-generated fabric (kind unknown)"
+    nodes = ", ".join(f"{count} {role}" for role, count in report["nodes"].items() if count)
+    classes = ", ".join(f"{count} {name}" for name, count in report["link_classes"].items())
+    lines = [
+        f"lab     {report['name']} ({report['file']})",
+        f"kind    {kind}",
+        f"nodes   {sum(report['nodes'].values())}: {nodes}",
+        f"links   {report['links']}: {classes}",
+        f"rails   {_numbers(report['rails'])}",
+        f"planes  {_numbers(report['planes'])}",
+    ]
+    if report["pods"]:
+        lines.append(f"pods    {_numbers(report['pods'])}")
+    if report["params"]:
+        lines.append("params  " + " ".join(f"{k}={v}" for k, v in report["params"].items()))
+    if report["renamed_interfaces"]:
+        lines.append(f"renamed {len(report['renamed_interfaces'])} interfaces to Linux names, "
+                     f"e.g. {report['renamed_interfaces'][0]['node']}:"
+                     f"{report['renamed_interfaces'][0]['file']} -> "
+                     f"{report['renamed_interfaces'][0]['linux']}")
+    return "\n".join(lines)

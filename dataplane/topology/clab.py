@@ -1,0 +1,583 @@
+"""Read, validate and write containerlab topology files (`*.clab.yml`).
+
+Writing: a file that validates against containerlab's own schema (dataplane/schema/
+clab.schema.json, BSD-3 from the containerlab project, see the LICENSE beside it). railab's
+facts live where containerlab allows free-form data:
+  topology.defaults.labels  railab.fabric (the kind), railab.param.<name> (generator params)
+  node labels               railab.role, railab.rail, railab.plane, railab.pod,
+                            railab.index, railab.gpus
+  link vars                 railab.speed (e.g. 400G), railab.rail, railab.plane
+  link ipv4                 containerlab's own per-endpoint addresses [a, b]
+Reading: any containerlab file; see infer.py for how unlabelled facts are inferred.
+Interface names become Linux names (<= 15 chars, no '/'): srlinux `ethernet-1/2[/3]` is
+`e1-2[-3]` (containerlab's own short form), any other '/' becomes '-', and names still too
+long lose a long vendor word (GigabitEthernet -> Gi, ...). Other names are refused.
+"""
+from __future__ import annotations
+
+import copy
+import functools
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+from jsonschema.exceptions import best_match
+from jsonschema.validators import validator_for
+
+from dataplane.errors import TopologyError
+from dataplane.topology import infer
+from dataplane.topology.generate import INT_PARAMS, format_speed, parse_speed
+from dataplane.topology.model import FABRIC_KINDS, Endpoint, Link, Node, Role, Topology
+
+SCHEMA_PATH = Path(__file__).resolve().parent.parent / "schema" / "clab.schema.json"
+
+FABRIC_LABEL = "railab.fabric"
+PARAM_PREFIX = "railab.param."
+NODE_INT_LABELS = {"rail": 0, "plane": 0, "pod": 0, "index": 0, "gpus": 1}  # name -> minimum
+LINK_INT_VARS = {"rail": 0, "plane": 0}
+RESERVED_NODE_LABELS = {"railab.role"} | {f"railab.{k}" for k in NODE_INT_LABELS}
+RESERVED_LINK_VARS = {"railab.speed"} | {f"railab.{k}" for k in LINK_INT_VARS}
+
+# Older containerlab kind names (still accepted by containerlab) that the schema's enum
+# lacks; mapped to the current name for schema validation only.
+KIND_ALIASES = {
+    "srl": "nokia_srlinux", "ceos": "arista_ceos", "crpd": "juniper_crpd", "sonic": "sonic-vs",
+    "xrd": "cisco_xrd", "cvx": "nvidia_cumulusvx", "cumulus_cvx": "nvidia_cumulusvx",
+    "cisco_nxos": "cisco_n9kv", "cisco_csr": "cisco_csr1000v",
+    "vr-sros": "nokia_sros", "vr-vmx": "juniper_vmx", "vr-vqfx": "juniper_vqfx",
+    "vr-xrv": "cisco_xrv", "vr-xrv9k": "cisco_xrv9k", "vr-veos": "arista_veos",
+    "vr-csr": "cisco_csr1000v", "vr-n9kv": "cisco_n9kv", "vr-ros": "mikrotik_ros",
+    "vr-pan": "paloalto_panos", "vr-ftosv": "dell_ftosv", "vr-vsrx": "juniper_vsrx",
+    "vr-aoscx": "aruba_aoscx",
+}
+# Link types railab skips (with a warning) because they do not touch the data plane.
+SKIPPED_LINK_TYPES = {"dummy": "a dummy interface with no peer",
+                      "mgmt-net": "a management-network attachment"}
+REFUSED_LINK_TYPES = {"host": "connects to the lab's host machine",
+                      "macvlan": "attaches to a physical interface of the lab's host machine",
+                      "vxlan": "tunnels to another machine",
+                      "vxlan-stitched": "tunnels to another machine",
+                      "veth-stitched": "is stitched to a tunnel"}
+SPECIAL_ENDPOINT_NODES = {"host": "host", "macvlan": "macvlan", "mgmt-net": "mgmt-net"}
+
+
+@dataclass
+class Loaded:
+    """A file read into the model, with what the reader noticed along the way."""
+
+    topology: Topology
+    warnings: list[str] = field(default_factory=list)
+    renamed: list[tuple[str, str, str]] = field(default_factory=list)  # node, in file, Linux
+    skipped: list[str] = field(default_factory=list)                   # nodes left out
+
+
+# ---------------------------------------------------------------- reading
+
+def read(path: str | Path, warnings: list[str] | None = None) -> Topology:
+    """The Topology of a containerlab file. Warnings are appended to `warnings` if given."""
+    loaded = load(path)
+    if warnings is not None:
+        warnings.extend(loaded.warnings)
+    return loaded.topology
+
+
+def load(path: str | Path) -> Loaded:
+    source = str(path)
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise TopologyError(f"{source}: file not found") from None
+    except IsADirectoryError:
+        raise TopologyError(f"{source}: is a directory, not a topology file") from None
+    except PermissionError:
+        raise TopologyError(f"{source}: permission denied") from None
+    except UnicodeDecodeError:
+        raise TopologyError(f"{source}: not UTF-8 text, not a topology file") from None
+    except OSError as err:
+        raise TopologyError(f"{source}: cannot read: {err.strerror}") from None
+    return parse(text, source)
+
+
+def parse(text: str, source: str = "<text>") -> Loaded:
+    return from_document(load_yaml(text, source), source)
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """SafeLoader that refuses duplicate keys (PyYAML silently keeps the last one)."""
+
+    def construct_mapping(self, node, deep=False):
+        seen: dict[object, int] = {}
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue
+            key = self.construct_object(key_node, deep=True)
+            try:
+                first = seen.setdefault(key, key_node.start_mark.line + 1)
+            except TypeError:
+                continue  # unhashable key: let PyYAML report it
+            if first != key_node.start_mark.line + 1:
+                raise _DuplicateKey(f"duplicate key {key!r} at line {key_node.start_mark.line + 1} "
+                                    f"(first at line {first})")
+        return super().construct_mapping(node, deep)
+
+
+class _DuplicateKey(Exception):
+    pass
+
+
+def load_yaml(text: str, source: str) -> dict:
+    try:
+        doc = yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - SafeLoader subclass
+    except _DuplicateKey as err:
+        raise TopologyError(f"{source}: {err}") from None
+    except yaml.MarkedYAMLError as err:
+        mark = err.problem_mark or err.context_mark
+        where = f" at line {mark.line + 1} column {mark.column + 1}" if mark else ""
+        problem = " ".join(str(err.problem or err.context or "syntax error").split())
+        raise TopologyError(f"{source}: not valid YAML: {problem}{where}") from None
+    except yaml.YAMLError as err:
+        raise TopologyError(f"{source}: not valid YAML: {' '.join(str(err).split())}") from None
+    if doc is None:
+        raise TopologyError(f"{source}: is empty, not a containerlab topology")
+    if not isinstance(doc, dict):
+        raise TopologyError(f"{source}: top level is a {_yaml_type(doc)}, not a mapping with "
+                            "'name' and 'topology'")
+    return doc
+
+
+def _yaml_type(value: object) -> str:
+    return {list: "list", str: "string", int: "number", float: "number", bool: "boolean"}.get(
+        type(value), type(value).__name__)
+
+
+@functools.lru_cache(maxsize=1)
+def _validator():
+    text = SCHEMA_PATH.read_text(encoding="utf-8")
+    # The schema's mgmt address patterns use \p{N}\p{L} (Unicode classes), which Python's
+    # `re` lacks; \w is the same set plus '_'. The file on disk stays an exact copy.
+    text = text.replace("\\\\p{N}\\\\p{L}", "\\\\w")
+    schema = json.loads(text)
+    # The schema declares draft-07, so the brief-link `prefixItems` (a 2020-12 keyword) is
+    # not enforced: the reader checks `node:interface` endpoint strings itself.
+    return validator_for(schema)(schema)
+
+
+def schema_kinds() -> frozenset[str]:
+    return frozenset(_validator().schema["definitions"]["node-config"]["properties"]["kind"]["enum"])
+
+
+def validate(doc: dict, source: str) -> None:
+    """Raise a one-line TopologyError for the most relevant schema violation, if any."""
+    error = best_match(_validator().iter_errors(doc))
+    if error is None:
+        return
+    if error.validator in ("anyOf", "oneOf") and error.context:
+        error = _branch_error(error) or error
+    path = _json_path(error.absolute_path)
+    parts = list(error.absolute_path)
+    if parts[:2] == ["topology", "links"] and len(parts) > 2:
+        path += f" (link {parts[2] + 1})"  # the numbering railab's own messages use
+    message = " ".join(error.message.split())
+    if error.validator == "pattern" and len(str(error.validator_value)) > 60:
+        message = f"{error.instance!r} is not in the form the schema expects"
+    if len(message) > 200:
+        message = message[:197] + "..."
+    raise TopologyError(f"{source}: does not match the containerlab schema at {path}: {message}")
+
+
+def _branch_error(error):
+    """For 'not valid under any of the given schemas' (links), the error of the branch meant:
+    the one whose `type` matched (or the brief form when the link has no type)."""
+    branches: dict[int, list] = {}
+    for sub in error.context:
+        branches.setdefault(sub.relative_schema_path[0], []).append(sub)
+    for subs in branches.values():
+        about_type = any(s.validator == "const" or
+                         (s.validator == "required" and "'type'" in s.message) for s in subs)
+        if not about_type:
+            return best_match(subs)
+    return None
+
+
+def _json_path(parts) -> str:
+    text = ""
+    for part in parts:
+        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
+    return text or "top level"
+
+
+def _normalised_for_schema(doc: dict, source: str) -> dict:
+    """A copy with old kind aliases replaced; unknown kinds refused with a clear message."""
+    known = schema_kinds()
+    doc = copy.deepcopy(doc)
+    topo = doc["topology"]
+
+    def fix(holder: object, where: str) -> None:
+        if isinstance(holder, dict) and isinstance(holder.get("kind"), str):
+            kind = holder["kind"]
+            if kind in KIND_ALIASES:
+                holder["kind"] = KIND_ALIASES[kind]
+            elif kind not in known:
+                raise TopologyError(f"{source}: {where} has kind {kind!r}, which containerlab "
+                                    "does not know")
+
+    for name, cfg in (topo.get("nodes") or {}).items():
+        fix(cfg, f"node {name}")
+    if isinstance(topo.get("groups"), dict):
+        for name, cfg in topo["groups"].items():
+            fix(cfg, f"group {name}")
+    fix(topo.get("defaults"), "topology.defaults")
+    if isinstance(topo.get("kinds"), dict):
+        topo["kinds"] = {KIND_ALIASES.get(k, k): v for k, v in topo["kinds"].items()}
+    return doc
+
+
+def from_document(doc: dict, source: str = "<document>") -> Loaded:
+    if "name" not in doc:
+        raise TopologyError(f"{source}: missing the lab name (top-level 'name:')")
+    if not isinstance(doc.get("topology"), dict):
+        raise TopologyError(f"{source}: missing the 'topology:' section (a mapping with nodes "
+                            "and links)")
+    if not doc["topology"].get("nodes"):
+        raise TopologyError(f"{source}: has no nodes (topology.nodes is empty)")
+    if not isinstance(doc["topology"]["nodes"], dict):
+        raise TopologyError(f"{source}: topology.nodes must be a mapping of node names")
+    validate(_normalised_for_schema(doc, source), source)
+    return _Reader(doc, source).read()
+
+
+class _Reader:
+    def __init__(self, doc: dict, source: str):
+        self.doc, self.source = doc, source
+        section = doc["topology"]
+        self.defaults = section.get("defaults") or {}
+        self.kinds = section.get("kinds") or {}
+        self.groups = section.get("groups") or {}
+        self.loaded = Loaded(Topology(name=str(doc["name"])))
+        self.labelled: set[str] = set()        # nodes with railab.role
+        self.unknown_tier: set[str] = set()    # switches whose tier is inferred
+        self.unlabelled_links: set[int] = set()
+
+    def fail(self, message: str) -> TopologyError:
+        return TopologyError(f"{self.source}: {message}")
+
+    def read(self) -> Loaded:
+        topo = self.loaded.topology
+        self._fabric_facts(self.defaults.get("labels") or {})
+        for name, cfg in self.doc["topology"]["nodes"].items():
+            topo.add_node(self._node(str(name), cfg or {}))
+        self._links(self.doc["topology"].get("links") or [])
+        self._drop_unlinked()
+        if not topo.hosts:
+            raise self.fail("has no hosts: railab fabrics need linux nodes to carry traffic")
+        unlabelled = set(topo.nodes) - (self.labelled - self.unknown_tier)
+        infer.complete(topo, self.source, self.unknown_tier, unlabelled, self.unlabelled_links)
+        return self.loaded
+
+    # -- fabric kind and generator parameters (topology.defaults.labels)
+    def _fabric_facts(self, labels: dict) -> None:
+        topo = self.loaded.topology
+        kind = labels.get(FABRIC_LABEL)
+        if kind is not None:
+            if str(kind) not in FABRIC_KINDS:
+                raise self.fail(f"label {FABRIC_LABEL} {kind!r} is not one of "
+                                f"{', '.join(FABRIC_KINDS)}")
+            topo.kind = str(kind)
+        for key, value in labels.items():
+            if key.startswith(PARAM_PREFIX):
+                param = key[len(PARAM_PREFIX):]
+                text = str(value)
+                topo.params[param] = int(text) if param in INT_PARAMS and text.isdigit() else text
+
+    # -- nodes
+    def _node(self, name: str, cfg: dict) -> Node:
+        group = {}
+        if cfg.get("group") is not None:
+            if cfg["group"] not in self.groups:
+                raise self.fail(f"node {name}: group {cfg['group']!r} is not defined in "
+                                "topology.groups")
+            group = self.groups[cfg["group"]] or {}
+        kind = cfg.get("kind") or group.get("kind") or self.defaults.get("kind")
+        if not kind:
+            raise self.fail(f"node {name} has no kind (set kind on the node, its group or "
+                            "topology.defaults)")
+        kind_cfg = self.kinds.get(kind) or self.kinds.get(KIND_ALIASES.get(kind, kind)) or {}
+        layers = (self.defaults, kind_cfg, group, cfg)  # containerlab's precedence, last wins
+        labels: dict[str, str] = {}
+        for layer in layers:
+            labels.update({str(k): str(v) for k, v in (layer.get("labels") or {}).items()})
+        image = next((l["image"] for l in reversed(layers) if l.get("image")), None)
+        try:
+            kind_role = infer.kind_class(kind, image)
+        except KeyError as err:
+            raise self.fail(f"node {name} has kind {kind}, which railab cannot emulate "
+                            f"({err.args[0]})") from None
+        node = Node(name=name, role=Role.HOST if kind_role == "host" else Role.LEAF, kind=kind)
+        role_label = labels.get("railab.role")
+        if role_label is not None:
+            if role_label not in infer.ROLE_LABELS:
+                raise self.fail(f"node {name}: label railab.role {role_label!r} is not one of "
+                                f"{', '.join(infer.ROLE_LABELS)}")
+            self.labelled.add(name)
+            role = infer.ROLE_LABELS[role_label]
+            if role is Role.HOST and kind_role == "switch" and kind != "linux":
+                raise self.fail(f"node {name}: kind {kind} is a switch, it cannot have "
+                                "railab.role host")
+            if role is not None:
+                node.role = role
+            else:
+                node.role = Role.LEAF  # placeholder until the tier is inferred
+                self.unknown_tier.add(name)
+        elif kind_role == "switch":
+            self.unknown_tier.add(name)
+        for fact, minimum in NODE_INT_LABELS.items():
+            if f"railab.{fact}" in labels:
+                setattr(node, fact, self._int(f"node {name}: label railab.{fact}",
+                                              labels[f"railab.{fact}"], minimum))
+        node.labels = {k: v for k, v in labels.items()
+                       if k not in RESERVED_NODE_LABELS and k != FABRIC_LABEL
+                       and not k.startswith(PARAM_PREFIX)}
+        return node
+
+    def _int(self, what: str, value: object, minimum: int) -> int:
+        text = str(value).strip()
+        if not text.isdigit() or int(text) < minimum:
+            raise self.fail(f"{what} {value!r} is not a whole number >= {minimum}")
+        return int(text)
+
+    # -- links
+    def _links(self, raw_links: list) -> None:
+        topo = self.loaded.topology
+        seen_pairs: dict[frozenset, int] = {}
+        seen_ends: dict[Endpoint, int] = {}
+        for number, raw in enumerate(raw_links, start=1):
+            parsed = self._link(number, raw)
+            if parsed is None:
+                continue
+            link, what = parsed
+            if link.a.node == link.b.node:
+                raise self.fail(f"{what}: connects node {link.a.node} to itself")
+            pair = frozenset((link.a, link.b))
+            if pair in seen_pairs:
+                raise self.fail(f"{what}: duplicates link {seen_pairs[pair]}")
+            for end in (link.a, link.b):
+                if end in seen_ends:
+                    raise self.fail(f"{what}: interface {end} is already used by link "
+                                    f"{seen_ends[end]}")
+                seen_ends[end] = number
+            seen_pairs[pair] = number
+            roles = (topo.nodes[link.a.node].role, topo.nodes[link.b.node].role)
+            if roles == (Role.HOST, Role.HOST):
+                raise self.fail(f"{what}: host {link.a.node} is connected directly to host "
+                                f"{link.b.node}; hosts connect to switches")
+            if not any(k.startswith("railab.") for k in link.vars):
+                self.unlabelled_links.add(len(topo.links))
+            link.vars = self._link_facts(link, what)
+            topo.add_link(link)
+
+    def _link(self, number: int, raw: dict) -> tuple[Link, str] | None:
+        kind = raw.get("type")
+        if kind is None:
+            ends = raw.get("endpoints")
+            if not isinstance(ends, list) or len(ends) != 2:
+                raise self.fail(f"link {number}: needs exactly two endpoints, "
+                                f"got {ends!r}"[:300])
+            what = f"link {number} ({ends[0]} -- {ends[1]})"
+            parts = []
+            for text in ends:
+                node, sep, iface = str(text).partition(":")
+                if not sep or not node or not iface or any(c.isspace() for c in str(text)):
+                    raise self.fail(f"{what}: endpoint {text!r} is not 'node:interface'")
+                if node in SPECIAL_ENDPOINT_NODES and node not in self.doc["topology"]["nodes"]:
+                    return self._special(number, SPECIAL_ENDPOINT_NODES[node], what)
+                parts.append((node, iface))
+            ipv4 = raw.get("ipv4")
+        elif kind == "veth":
+            ends = raw["endpoints"]
+            what = f"link {number} ({_end_text(ends[0])} -- {_end_text(ends[1])})"
+            parts = [(str(e["node"]), str(e["interface"])) for e in ends]
+            given = [e.get("ipv4") for e in ends]
+            ipv4 = given if any(given) else None
+        else:
+            endpoint = raw.get("endpoint") or {}
+            return self._special(number, kind, f"link {number} (type {kind}, "
+                                                f"{_end_text(endpoint)})")
+        endpoints = [self._endpoint(what, node, iface) for node, iface in parts]
+        link = Link(a=endpoints[0], b=endpoints[1], vars=dict(raw.get("vars") or {}))
+        if ipv4:
+            padded = [str(a) if a else None for a in list(ipv4) + [None, None]][:2]
+            link.ipv4 = (padded[0], padded[1])
+        return link, what
+
+    def _special(self, number: int, kind: str, what: str) -> None:
+        if kind in SKIPPED_LINK_TYPES:
+            self.loaded.warnings.append(f"{what}: skipped, {SKIPPED_LINK_TYPES[kind]} is not part "
+                                        "of the fabric")
+            return None
+        reason = REFUSED_LINK_TYPES.get(kind, "is not a veth between two lab nodes")
+        raise self.fail(f"{what}: railab cannot emulate a {kind} link, it {reason}")
+
+    def _endpoint(self, what: str, node: str, iface: str) -> Endpoint:
+        if node not in self.loaded.topology.nodes:
+            raise self.fail(f"{what}: node {node} is not defined in topology.nodes")
+        try:
+            linux = linux_ifname(iface)
+        except ValueError as err:
+            raise self.fail(f"{what}: node {node}: {err}") from None
+        if linux != iface:
+            entry = (node, iface, linux)
+            if entry not in self.loaded.renamed:
+                self.loaded.renamed.append(entry)
+        return Endpoint(node, linux)
+
+    def _link_facts(self, link: Link, what: str) -> dict:
+        facts = link.vars
+        if "railab.speed" in facts:
+            link.speed_bps = parse_speed(facts["railab.speed"], f"{self.source}: {what}: railab.speed")
+        for fact, minimum in LINK_INT_VARS.items():
+            if f"railab.{fact}" in facts:
+                setattr(link, fact, self._int(f"{what}: var railab.{fact}", facts[f"railab.{fact}"],
+                                              minimum))
+        return {k: v for k, v in facts.items() if k not in RESERVED_LINK_VARS}
+
+    def _drop_unlinked(self) -> None:
+        topo = self.loaded.topology
+        linked = {e.node for e, _ in topo.iter_endpoints()}
+        if not topo.links:
+            raise self.fail("has no links between its nodes")
+        for name in list(topo.nodes):
+            if name in linked:
+                continue
+            if name in self.labelled:
+                raise self.fail(f"node {name} (railab.role {topo.nodes[name].role.value}) has "
+                                "no links")
+            self.loaded.warnings.append(f"node {name} has no links: not part of the fabric, "
+                                        "skipped")
+            self.loaded.skipped.append(name)
+            del topo.nodes[name]
+            self.unknown_tier.discard(name)
+
+
+def _end_text(endpoint: object) -> str:
+    if isinstance(endpoint, dict):
+        return f"{endpoint.get('node')}:{endpoint.get('interface')}"
+    return str(endpoint)
+
+
+_SRL_PORT = re.compile(r"^ethernet-(\d+)/(\d+)(?:/(\d+))?$")
+_LONG_WORDS = (("FourHundredGigE", "FH"), ("TwoHundredGigE", "TH"), ("HundredGigE", "Hu"),
+               ("FortyGigabitEthernet", "Fo"), ("TwentyFiveGigE", "Twe"),
+               ("TenGigabitEthernet", "Te"), ("GigabitEthernet", "Gi"), ("Ethernet", "Et"))
+
+
+def linux_ifname(name: str) -> str:
+    """The Linux name railab gives an interface named `name` in a containerlab file."""
+    new = name
+    match = _SRL_PORT.match(name)
+    if match:
+        new = "e" + "-".join(g for g in match.groups() if g)
+    new = new.replace("/", "-")
+    if len(new) > 15:
+        for long, short in _LONG_WORDS:
+            if new.startswith(long):
+                new = short + new[len(long):]
+                break
+    if (not new or len(new) > 15 or new in (".", "..")
+            or any(c.isspace() or c in ":/" for c in new)):
+        raise ValueError(f"interface name {name!r} cannot be a Linux interface name (at most "
+                         "15 characters, no spaces or ':') and has no short form")
+    return new
+
+
+# ---------------------------------------------------------------- writing
+
+def _address_plan(topo: Topology):
+    # The one call into the addressing plan: the file carries containerlab's per-link ipv4.
+    from dataplane.topology.addressing import plan_addresses
+    return plan_addresses(topo)
+
+
+def to_document(topo: Topology) -> dict:
+    defaults: dict = {"kind": "linux"}
+    labels = {}
+    if topo.kind:
+        labels[FABRIC_LABEL] = topo.kind
+    for param, value in topo.params.items():
+        if value is not None:
+            labels[PARAM_PREFIX + param] = str(value)
+    if labels:
+        defaults["labels"] = labels
+    nodes = {}
+    for node in topo.nodes.values():
+        entry: dict = {}
+        if node.kind != "linux":
+            entry["kind"] = node.kind
+        node_labels = {"railab.role": node.role.value}
+        for fact in NODE_INT_LABELS:
+            if getattr(node, fact) is not None:
+                node_labels[f"railab.{fact}"] = str(getattr(node, fact))
+        node_labels.update({k: str(v) for k, v in node.labels.items()})
+        entry["labels"] = _Flow(node_labels)
+        nodes[node.name] = entry
+    plan = _address_plan(topo)
+    links = []
+    for link in topo.links:
+        entry = {"endpoints": _Flow([str(link.a), str(link.b)])}
+        given = link.ipv4 or (None, None)
+        addrs = []
+        for end, text in zip(link.endpoints(), given):
+            address = text or plan.address(end)
+            addrs.append(str(address) if address else "")
+        if any(addrs):
+            entry["ipv4"] = _Flow(addrs)
+        link_vars = {"railab.speed": format_speed(link.speed_bps)}
+        if link.rail is not None:
+            link_vars["railab.rail"] = link.rail
+        if link.plane is not None:
+            link_vars["railab.plane"] = link.plane
+        link_vars.update(link.vars)
+        entry["vars"] = _Flow(link_vars)
+        links.append(entry)
+    topology = {"defaults": defaults, "nodes": nodes}
+    if links:
+        topology["links"] = links
+    return {"name": topo.name, "topology": topology}
+
+
+class _Flow:
+    """Marks a short list or mapping to be written on one line."""
+
+    def __init__(self, value):
+        self.value = value
+
+
+class _Dumper(yaml.SafeDumper):
+    pass
+
+
+def _represent_flow(dumper: yaml.SafeDumper, flow: _Flow):
+    if isinstance(flow.value, dict):
+        return dumper.represent_mapping("tag:yaml.org,2002:map", flow.value.items(), flow_style=True)
+    return dumper.represent_sequence("tag:yaml.org,2002:seq", flow.value, flow_style=True)
+
+
+_Dumper.add_representer(_Flow, _represent_flow)
+
+
+def dumps(topo: Topology, header: str | None = None) -> str:
+    body = yaml.dump(to_document(topo), Dumper=_Dumper, sort_keys=False, width=200,
+                     default_flow_style=False)
+    comment = "".join(f"# {line}\n".replace("# \n", "#\n") for line in (header or "").splitlines())
+    return comment + body
+
+
+def write(topo: Topology, path: str | Path, header: str | None = None) -> None:
+    text = dumps(topo, header)
+    # Never hand the user a file containerlab rejects.
+    validate(_normalised_for_schema(yaml.safe_load(text), str(path)), str(path))
+    try:
+        Path(path).write_text(text, encoding="utf-8")
+    except OSError as err:
+        raise TopologyError(f"{path}: cannot write: {err.strerror}") from None
