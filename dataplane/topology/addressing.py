@@ -38,6 +38,7 @@ class AddressPlan:
     by_endpoint: dict[Endpoint, IPv4Interface] = field(default_factory=dict)
     segments: list[Segment] = field(default_factory=list)
     segment_of_leaf: dict[str, Segment] = field(default_factory=dict)
+    given_networks: list[IPv4Network] = field(default_factory=list)
 
     def address(self, endpoint: Endpoint) -> IPv4Interface | None:
         return self.by_endpoint.get(endpoint)
@@ -95,6 +96,7 @@ def _assign_given(topo: Topology, plan: AddressPlan) -> None:
             if text:
                 try:
                     plan.by_endpoint[endpoint] = IPv4Interface(text)
+                    plan.given_networks.append(plan.by_endpoint[endpoint].network)
                 except ValueError:
                     raise TopologyError(f"link {link.a} - {link.b}: bad ipv4 address {text!r}")
 
@@ -130,6 +132,7 @@ def _assign_access(topo: Topology, plan: AddressPlan) -> None:
         plan.segments.append(segment)
         host_index = 2
         ident_addr: dict[tuple, IPv4Interface] = {}
+        used = {a.ip for a in plan.by_endpoint.values() if a.ip in segment.network}
         for leaf in members:
             plan.segment_of_leaf[leaf] = segment
             for link, far in _host_links(topo, leaf):
@@ -140,7 +143,6 @@ def _assign_access(topo: Topology, plan: AddressPlan) -> None:
                     ident_addr.setdefault(ident, plan.by_endpoint[far])
                     continue
                 if ident not in ident_addr:
-                    used = {a.ip for a in plan.by_endpoint.values()}
                     while segment.network[host_index] in used:
                         host_index += 1
                     if host_index >= segment.network.num_addresses - 1:
@@ -148,6 +150,7 @@ def _assign_access(topo: Topology, plan: AddressPlan) -> None:
                     ident_addr[ident] = IPv4Interface(
                         f"{segment.network[host_index]}/{segment.network.prefixlen}"
                     )
+                    used.add(ident_addr[ident].ip)
                     host_index += 1
                 plan.by_endpoint[far] = ident_addr[ident]
 
@@ -162,7 +165,9 @@ def _given_segment(plan: AddressPlan, topo: Topology, leaves: list[str]) -> Segm
 
 
 def _next_free(blocks, plan: AddressPlan) -> IPv4Network:
-    taken = [a.network for a in plan.by_endpoint.values()]
+    # Blocks come out of each pool in order and are never handed out twice, so only the
+    # networks the file itself gave can be in the way.
+    taken = plan.given_networks
     for block in blocks:
         if not any(block.overlaps(t) for t in taken):
             return block

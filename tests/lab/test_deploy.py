@@ -202,3 +202,27 @@ def test_ctrl_c_during_deploy_leaves_nothing():
     assert proc.returncode != 0
     assert "Traceback" not in proc.stderr
     assert leftovers(name) == [], "an interrupted deploy must clean up after itself"
+
+
+def test_probe_reports_failed_pairs_with_the_hop(lab_factory):
+    # rail-optimized: every NIC reaches every other on its own, so only pairs with the
+    # downed port may fail (in rail-only the PXN relay would involve it for more pairs).
+    spec = lab_factory(shipped("rail-optimized"), prefix="fail")
+    host = spec.hosts[0]
+    port = spec.host_nics[host.name][0].ports[0]
+    subprocess.run(["ip", "-n", host.netns, "link", "set", port, "down"], check=True)
+    proc = railab("probe", spec.name, "--json", check=False)
+    assert proc.returncode == 1
+    report = json.loads(proc.stdout)
+    assert report["failed"] and report["ok"] < report["pairs"]
+    broken = f"{host.name}:{port}"
+    assert all(broken in (f["a"], f["b"]) for f in report["failed"])
+    assert all(f["died_at"] for f in report["failed"])
+
+
+def test_containerlab_runtime_says_what_is_missing():
+    proc = railab("deploy", "--runtime", "containerlab", str(shipped("clos2")), check=False)
+    if proc.returncode == 0:
+        pytest.fail("containerlab deploy unexpectedly succeeded on a machine without it")
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "containerlab" in lines[0] and "Traceback" not in proc.stderr
