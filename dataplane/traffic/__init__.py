@@ -1,0 +1,1 @@
+"""RoCEv2 traffic: packets, workloads, sender, receiver."""

@@ -1,0 +1,660 @@
+"""Workloads: a YAML file -> validated model -> a reproducible list of Flow objects.
+
+Pure code: no I/O beyond reading the YAML file. Same file + same seed + same hosts
+-> the same flows, message sizes and start times (each flow draws from its own
+``random.Random`` seeded with the seed, the pair's index and host names/rails, so
+interface names and addresses do not change the draws).
+
+Model
+-----
+A *sender* is one NIC (host, ifname). Every (source GPU, destination GPU) pair that the
+pattern produces becomes one Flow per traffic class with a non-zero share (elephant,
+mice, protocol; default byte mix 70/20/10 %). A sender's rate is split over its pairs
+evenly and inside a pair by the byte mix, so the bytes a sender offers follow the mix
+exactly (up to one message per flow). Rates count Ethernet frame bytes (headers + ICRC,
+no FCS/preamble); a rate given in pps is turned into bits/s with MTU-sized frames.
+
+Message start times: ``paced`` (default for elephant) -- back to back at the flow's
+rate; ``poisson`` (default for mice and protocol) -- exponential gaps with the same
+mean. Messages are generated while their start time is below the duration.
+
+Patterns (``pattern.type``):
+  ring-allreduce  for each rail r, a ring over the hosts' NIC r (rail-local);
+                  ``bidirectional: true`` adds the reverse ring.
+  all-to-all      every GPU to every GPU of every other host (``rails: same`` keeps it
+                  rail-local). Cross-rail pairs leave from the source GPU's NIC unless
+                  ``pxn: true``: then from the source host's NIC on the destination's rail.
+  cross-rail      GPU i of host a -> GPU (i + shift) % R of host (a + 1) % H.
+  flows           an explicit list: ``{src: h1:eth0, dst: h2:eth1, class: mice, rate: ...}``.
+"""
+from __future__ import annotations
+
+import math
+import random
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+import jsonschema
+import yaml
+
+from dataplane.errors import RailabError
+from dataplane.traffic import roce
+
+CLASSES = ("elephant", "mice", "protocol")
+DEFAULT_MIX = {"elephant": 0.7, "mice": 0.2, "protocol": 0.1}
+DEFAULT_CLASSES: dict[str, dict[str, Any]] = {
+    "elephant": {"size": {"lognormal": {"median": "1MiB", "sigma": 0.5,
+                                        "min": "64KiB", "max": "16MiB"}},
+                 "opcode": "write", "arrival": "paced"},
+    "mice": {"size": {"uniform": {"min": "1KiB", "max": "64KiB"}},
+             "opcode": "send", "arrival": "poisson"},
+    "protocol": {"size": {"fixed": 64}, "opcode": "send", "arrival": "poisson"},
+}
+SRC_PORT_MIN, SRC_PORT_MAX = 49152, 65535
+QP_BASE = 0x100
+
+
+class WorkloadError(RailabError):
+    """A workload file or parameter that cannot produce flows."""
+
+
+# --- units ---------------------------------------------------------------------------------
+
+_SIZE_UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6,
+               "g": 10**9, "gb": 10**9, "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30}
+_RATE_UNITS = {"bps": 1, "kbps": 1e3, "mbps": 1e6, "gbps": 1e9,
+               "pps": None, "kpps": None, "mpps": None}
+_PPS_MULT = {"pps": 1, "kpps": 1e3, "mpps": 1e6}
+_TIME_UNITS = {"": 1.0, "s": 1.0, "ms": 1e-3, "us": 1e-6, "ns": 1e-9, "m": 60.0,
+               "min": 60.0}
+_NUM = r"\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*"
+SIZE_RE = re.compile(rf"^{_NUM}([kKmMgG]?(?:i?[bB])?)\s*$")
+RATE_RE = re.compile(rf"^{_NUM}([kKmMgG]?(?:bps|pps))\s*$", re.IGNORECASE)
+TIME_RE = re.compile(rf"^{_NUM}(s|ms|us|ns|m|min)?\s*$")
+
+
+def parse_size(v: int | float | str) -> int:
+    """'64KiB' -> 65536, '1MB' -> 1000000, 4096 -> 4096."""
+    if isinstance(v, (int, float)) and not isinstance(v, bool):
+        return int(v)
+    m = SIZE_RE.match(str(v))
+    if not m:
+        raise ValueError(f"bad size {v!r}")
+    return int(float(m.group(1)) * _SIZE_UNITS[m.group(2).lower()])
+
+
+@dataclass(frozen=True)
+class Rate:
+    value: float
+    unit: str   # "bps" or "pps"
+
+    def bps(self, frame_bytes: int) -> float:
+        return self.value if self.unit == "bps" else self.value * frame_bytes * 8
+
+
+def parse_rate(v: str | int | float) -> Rate:
+    """'200Mbps' -> Rate(2e8, 'bps'); '20kpps' -> Rate(2e4, 'pps'); a number is bit/s."""
+    if isinstance(v, (int, float)) and not isinstance(v, bool):
+        return Rate(float(v), "bps")
+    m = RATE_RE.match(str(v))
+    if not m:
+        raise ValueError(f"bad rate {v!r}")
+    unit = m.group(2).lower()
+    x = float(m.group(1))
+    if unit in _PPS_MULT:
+        return Rate(x * _PPS_MULT[unit], "pps")
+    return Rate(x * _RATE_UNITS[unit], "bps")
+
+
+def parse_duration(v: str | int | float) -> float:
+    """'2s' -> 2.0, '500ms' -> 0.5, 3 -> 3.0 (seconds)."""
+    if isinstance(v, (int, float)) and not isinstance(v, bool):
+        return float(v)
+    m = TIME_RE.match(str(v))
+    if not m:
+        raise ValueError(f"bad duration {v!r}")
+    return float(m.group(1)) * _TIME_UNITS[m.group(2) or ""]
+
+
+# --- schema ----------------------------------------------------------------------------------
+
+# "x-hint": what validate() says instead of a raw regex / anyOf message
+_size = {"x-hint": "a size like 4096, 64KiB or 1MB",
+         "anyOf": [{"type": "integer", "minimum": 1},
+                   {"type": "string", "pattern": SIZE_RE.pattern}]}
+_rate = {"x-hint": "a rate like 200Mbps, 10Gbps or 50kpps",
+         "anyOf": [{"type": "number", "exclusiveMinimum": 0},
+                   {"type": "string", "pattern": RATE_RE.pattern}]}
+_dur = {"x-hint": "a duration like 2s, 500ms or 3",
+        "anyOf": [{"type": "number", "exclusiveMinimum": 0},
+                  {"type": "string", "pattern": TIME_RE.pattern}]}
+_weighted = {"type": "array", "minItems": 1,
+             "items": {"type": "array", "minItems": 2, "maxItems": 2,
+                       "prefixItems": [_size, {"type": "number", "exclusiveMinimum": 0}],
+                       "items": False}}
+_dist = {"x-hint": "a size (4096, 64KiB) or {fixed|uniform|lognormal|choice: ...} "
+                   "or a list of [size, weight]",
+         "anyOf": [
+    _size,
+    {"type": "object", "additionalProperties": False, "required": ["fixed"],
+     "properties": {"fixed": _size}},
+    {"type": "object", "additionalProperties": False, "required": ["uniform"],
+     "properties": {"uniform": {"type": "object", "additionalProperties": False,
+                                "required": ["min", "max"],
+                                "properties": {"min": _size, "max": _size}}}},
+    {"type": "object", "additionalProperties": False, "required": ["lognormal"],
+     "properties": {"lognormal": {"type": "object", "additionalProperties": False,
+                                  "required": ["median", "sigma"],
+                                  "properties": {"median": _size,
+                                                 "sigma": {"type": "number", "minimum": 0},
+                                                 "min": _size, "max": _size}}}},
+    {"type": "object", "additionalProperties": False, "required": ["choice"],
+     "properties": {"choice": _weighted}},
+    _weighted,
+]}
+_cls = {"type": "object", "additionalProperties": False, "properties": {
+    "size": _dist,
+    "opcode": {"enum": ["send", "write"]},
+    "arrival": {"enum": ["paced", "poisson"]},
+    "dscp": {"type": "integer", "minimum": 0, "maximum": 63},
+}}
+_endpoint = {"type": "string", "pattern": r"^[^:\s]+:[^:\s]+$",
+             "x-hint": "host:ifname or host:rail, e.g. h1:eth0"}
+_flow = {"type": "object", "additionalProperties": False, "required": ["src", "dst"],
+         "properties": {"src": _endpoint, "dst": _endpoint,
+                        "class": {"enum": list(CLASSES)}, "rate": _rate, "size": _dist,
+                        "opcode": {"enum": ["send", "write"]},
+                        "arrival": {"enum": ["paced", "poisson"]},
+                        "start": _dur, "stop": _dur,
+                        "messages": {"type": "integer", "minimum": 1}}}
+_host = {"type": "object", "additionalProperties": False, "required": ["name", "nics"],
+         "properties": {"name": {"type": "string", "minLength": 1},
+                        "nics": {"type": "array", "minItems": 1, "items": {
+                            "type": "object", "additionalProperties": False,
+                            "required": ["ifname", "ip"],
+                            "properties": {"ifname": {"type": "string", "minLength": 1},
+                                           "ip": {"type": "string", "format": "ipv4",
+                                                  "pattern": r"^\d+\.\d+\.\d+\.\d+$",
+                                                  "x-hint": "an IPv4 address"},
+                                           "mac": {"type": "string"},
+                                           "rail": {"type": "integer", "minimum": 0}}}}}}
+_pattern = {"type": "object", "required": ["type"], "additionalProperties": False,
+            "properties": {
+                "type": {"enum": ["ring-allreduce", "all-to-all", "cross-rail", "flows"]},
+                "rails": {"anyOf": [{"enum": ["all", "same"]},
+                                    {"type": "array", "items": {"type": "integer",
+                                                                "minimum": 0}}]},
+                "bidirectional": {"type": "boolean"},
+                "pxn": {"type": "boolean"},
+                "shift": {"type": "integer", "minimum": 1},
+                "flows": {"type": "array", "minItems": 1, "items": _flow},
+            }}
+
+SCHEMA: dict[str, Any] = {
+    "$schema": "https://json-schema.org/draft/2020-12/schema",
+    "title": "railab workload",
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["pattern"],
+    "properties": {
+        "name": {"type": "string"},
+        "seed": {"type": "integer"},
+        "duration": _dur,
+        "mtu": {"enum": list(roce.MTUS)},
+        "rate": _rate,
+        "mix": {"type": "object", "additionalProperties": False, "minProperties": 1,
+                "properties": {c: {"type": "number", "minimum": 0} for c in CLASSES}},
+        "classes": {"type": "object", "additionalProperties": False,
+                    "properties": {c: _cls for c in CLASSES}},
+        "hosts": {"type": "array", "minItems": 1, "items": _host},
+        "pattern": _pattern,
+    },
+}
+
+
+def _path_str(path: Iterable[Any]) -> str:
+    out = ""
+    for p in path:
+        out += f"[{p}]" if isinstance(p, int) else (f".{p}" if out else str(p))
+    return out or "(top level)"
+
+
+def validate(doc: Any, source: str = "<workload>") -> None:
+    """Raise WorkloadError('file: field: problem') for the first schema violation."""
+    v = jsonschema.Draft202012Validator(SCHEMA)
+    e = jsonschema.exceptions.best_match(v.iter_errors(doc))
+    if e is None:
+        return
+    msg = e.message
+    hint = None
+    node: Any = SCHEMA
+    for k in e.absolute_schema_path:
+        if isinstance(node, dict) and "x-hint" in node:
+            hint = node["x-hint"]
+        try:
+            node = node[k]
+        except (KeyError, IndexError, TypeError):
+            break
+    if hint and e.validator in ("anyOf", "oneOf", "pattern", "type", "minimum",
+                                "exclusiveMinimum"):
+        msg = f"{e.instance!r} is not {hint}"
+    elif e.validator in ("anyOf", "oneOf"):
+        msg = f"{e.instance!r} is not a valid value"
+    raise WorkloadError(f"{source}: {_path_str(e.absolute_path)}: {msg}".replace("\n", " "))
+
+
+# --- model -----------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Nic:
+    ifname: str
+    ip: str
+    rail: int
+    mac: str | None = None
+
+
+@dataclass(frozen=True)
+class Host:
+    name: str
+    nics: tuple[Nic, ...]
+
+    def nic(self, key: str | int) -> Nic:
+        for n in self.nics:
+            if n.ifname == key or (isinstance(key, int) and n.rail == key):
+                return n
+        raise KeyError(key)
+
+    def nic_on_rail(self, rail: int) -> Nic | None:
+        for n in self.nics:
+            if n.rail == rail:
+                return n
+        return None
+
+
+@dataclass(frozen=True)
+class Message:
+    msg_id: int
+    size: int          # bytes of IB payload (>= roce.RAILAB_HLEN)
+    start_ns: int      # offset from the workload start
+
+
+@dataclass(frozen=True)
+class Flow:
+    flow_id: int
+    cls: str                       # elephant | mice | protocol
+    src_host: str
+    src_ifname: str
+    src_ip: str
+    dst_host: str | None
+    dst_ifname: str | None
+    dst_ip: str
+    src_port: int
+    dst_port: int
+    src_qp: int
+    dst_qp: int
+    opcode: str                    # send | write
+    dscp: int
+    rate_bps: float                # Ethernet frame bits per second
+    mtu: int
+    messages: tuple[Message, ...]
+    src_rail: int | None = None
+    dst_rail: int | None = None
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(m.size for m in self.messages)
+
+    @property
+    def wire_bytes(self) -> int:
+        """Ethernet frame bytes of all packets (what `rate_bps` and the mix count)."""
+        return sum(roce.frame_len(p, roce.Opcode.SEND_ONLY)
+                   for m in self.messages for p in roce.segment_message(m.size, self.mtu)) \
+            + (sum(roce.RETH_LEN for _ in self.messages) if self.opcode == "write" else 0)
+
+    @property
+    def total_packets(self) -> int:
+        return sum(len(roce.segment_message(m.size, self.mtu)) for m in self.messages)
+
+
+@dataclass(frozen=True)
+class SizeDist:
+    kind: str                                    # fixed | uniform | lognormal | choice
+    params: tuple
+
+    def sample(self, rng: random.Random) -> int:
+        k, p = self.kind, self.params
+        if k == "fixed":
+            return p[0]
+        if k == "uniform":
+            return rng.randint(p[0], p[1])
+        if k == "lognormal":
+            median, sigma, lo, hi = p
+            x = int(round(rng.lognormvariate(math.log(median), sigma)))
+            return min(max(x, lo), hi)
+        sizes, weights = p
+        return rng.choices(sizes, weights)[0]
+
+    @property
+    def mean(self) -> float:
+        k, p = self.kind, self.params
+        if k == "fixed":
+            return float(p[0])
+        if k == "uniform":
+            return (p[0] + p[1]) / 2
+        if k == "lognormal":
+            median, sigma, lo, hi = p
+            return min(max(median * math.exp(sigma * sigma / 2), lo), hi)
+        sizes, weights = p
+        return sum(s * w for s, w in zip(sizes, weights)) / sum(weights)
+
+
+def parse_dist(d: Any, where: str) -> SizeDist:
+    try:
+        if isinstance(d, list):
+            d = {"choice": d}
+        if not isinstance(d, dict):
+            return SizeDist("fixed", (parse_size(d),))
+        if "fixed" in d:
+            return SizeDist("fixed", (parse_size(d["fixed"]),))
+        if "uniform" in d:
+            lo, hi = parse_size(d["uniform"]["min"]), parse_size(d["uniform"]["max"])
+            if lo > hi:
+                raise ValueError(f"min {lo} > max {hi}")
+            return SizeDist("uniform", (lo, hi))
+        if "lognormal" in d:
+            ln = d["lognormal"]
+            lo = parse_size(ln.get("min", 1))
+            hi = parse_size(ln.get("max", 1 << 40))
+            if lo > hi:
+                raise ValueError(f"min {lo} > max {hi}")
+            return SizeDist("lognormal", (parse_size(ln["median"]), float(ln["sigma"]), lo, hi))
+        pairs = d["choice"]
+        return SizeDist("choice", (tuple(parse_size(s) for s, _ in pairs),
+                                   tuple(float(w) for _, w in pairs)))
+    except (ValueError, KeyError, TypeError) as e:
+        raise WorkloadError(f"{where}: {e}") from None
+
+
+@dataclass(frozen=True)
+class ClassSpec:
+    size: SizeDist
+    opcode: str
+    arrival: str
+    dscp: int
+
+
+@dataclass
+class Workload:
+    name: str
+    seed: int
+    duration_s: float
+    mtu: int
+    rate: Rate
+    mix: dict[str, float]
+    classes: dict[str, ClassSpec]
+    pattern: dict[str, Any]
+    hosts: list[Host] = field(default_factory=list)
+    source: str = "<workload>"
+
+    @property
+    def mtu_frame_bytes(self) -> int:
+        return roce.frame_len(self.mtu)
+
+
+def hosts_from_list(items: Sequence[Any]) -> list[Host]:
+    """Hosts from dicts ``{name, nics: [{ifname, ip, rail?, mac?}]}`` or Host objects.
+    A NIC without a rail gets its index in the list."""
+    out = []
+    for h in items:
+        if isinstance(h, Host):
+            out.append(h)
+            continue
+        nics = tuple(Nic(n["ifname"], n["ip"], int(n.get("rail", i)), n.get("mac"))
+                     for i, n in enumerate(h["nics"]))
+        out.append(Host(h["name"], nics))
+    return out
+
+
+def load_dict(doc: Any, source: str = "<workload>") -> Workload:
+    if isinstance(doc, dict) and set(doc) == {"workload"}:
+        doc = doc["workload"]
+    validate(doc, source)
+    try:
+        mix = {c: float(doc.get("mix", DEFAULT_MIX).get(c, 0.0)) for c in CLASSES}
+        if "mix" not in doc:
+            mix = dict(DEFAULT_MIX)
+        total = sum(mix.values())
+        if total <= 0:
+            raise WorkloadError(f"{source}: mix: all class shares are zero")
+        mix = {c: v / total for c, v in mix.items()}
+        classes = {}
+        for c in CLASSES:
+            spec = {**DEFAULT_CLASSES[c], **doc.get("classes", {}).get(c, {})}
+            classes[c] = ClassSpec(parse_dist(spec["size"], f"{source}: classes.{c}.size"),
+                                   spec["opcode"], spec["arrival"],
+                                   int(spec.get("dscp", roce.DSCP_DATA)))
+        wl = Workload(
+            name=str(doc.get("name", Path(source).stem)),
+            seed=int(doc.get("seed", 1)),
+            duration_s=parse_duration(doc.get("duration", "1s")),
+            mtu=int(doc.get("mtu", 1024)),
+            rate=parse_rate(doc.get("rate", "100Mbps")),
+            mix=mix, classes=classes, pattern=doc["pattern"],
+            hosts=hosts_from_list(doc.get("hosts", [])), source=source)
+    except ValueError as e:
+        raise WorkloadError(f"{source}: {e}") from None
+    if wl.pattern["type"] == "flows":
+        for i, f in enumerate(wl.pattern.get("flows", [])):
+            for k in ("size",):
+                if k in f:
+                    parse_dist(f[k], f"{source}: pattern.flows[{i}].{k}")
+    elif "flows" in wl.pattern:
+        raise WorkloadError(f"{source}: pattern.flows: only allowed with type 'flows'")
+    return wl
+
+
+def load(path: str | Path) -> Workload:
+    """Read and validate a workload YAML file."""
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except OSError as e:
+        raise WorkloadError(f"{p}: cannot read: {e.strerror}") from None
+    try:
+        doc = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f"line {mark.line + 1}" if mark else "?"
+        raise WorkloadError(f"{p}: YAML error at {where}: {getattr(e, 'problem', e)}") from None
+    return load_dict(doc, str(p))
+
+
+# --- flow generation ---------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class _Pair:
+    src_host: Host
+    src_nic: Nic
+    dst_host: Host
+    dst_nic: Nic
+    spec: dict[str, Any] | None = None   # explicit flow entry
+
+
+def _rails(hosts: Sequence[Host]) -> list[int]:
+    return sorted({n.rail for h in hosts for n in h.nics})
+
+
+def _pairs(wl: Workload, hosts: Sequence[Host]) -> list[_Pair]:
+    pat = wl.pattern
+    kind = pat["type"]
+    byname = {h.name: h for h in hosts}
+    if kind != "flows" and len(hosts) < 2:
+        raise WorkloadError(f"{wl.source}: pattern.type: '{kind}' needs at least 2 hosts, "
+                            f"got {len(hosts)}")
+    rails = pat.get("rails", "all")
+    sel = _rails(hosts) if rails in ("all", "same") else list(rails)
+    pairs: list[_Pair] = []
+    if kind == "ring-allreduce":
+        for r in sel:
+            members = [(h, h.nic_on_rail(r)) for h in hosts if h.nic_on_rail(r)]
+            if len(members) < 2:
+                continue
+            n = len(members)
+            for i, (h, nic) in enumerate(members):
+                dh, dn = members[(i + 1) % n]
+                pairs.append(_Pair(h, nic, dh, dn))
+                if pat.get("bidirectional") and n > 2:
+                    ph, pn = members[(i - 1) % n]
+                    pairs.append(_Pair(h, nic, ph, pn))
+    elif kind == "all-to-all":
+        for h in hosts:
+            for nic in h.nics:
+                if nic.rail not in sel:
+                    continue
+                for d in hosts:
+                    if d is h:
+                        continue
+                    for dn in d.nics:
+                        if dn.rail not in sel:
+                            continue
+                        if rails == "same" and dn.rail != nic.rail:
+                            continue
+                        src = nic
+                        if pat.get("pxn") and dn.rail != nic.rail:
+                            src = h.nic_on_rail(dn.rail) or nic
+                        pairs.append(_Pair(h, src, d, dn))
+    elif kind == "cross-rail":
+        shift = int(pat.get("shift", 1))
+        all_rails = _rails(hosts)
+        if len(all_rails) < 2:
+            raise WorkloadError(f"{wl.source}: pattern.type: 'cross-rail' needs hosts "
+                                f"with at least 2 rails")
+        for i, h in enumerate(hosts):
+            d = hosts[(i + 1) % len(hosts)]
+            for nic in h.nics:
+                if nic.rail not in sel:
+                    continue
+                dr = all_rails[(all_rails.index(nic.rail) + shift) % len(all_rails)]
+                dn = d.nic_on_rail(dr)
+                if dn is None:
+                    continue
+                src = (h.nic_on_rail(dr) or nic) if pat.get("pxn") else nic
+                pairs.append(_Pair(h, src, d, dn))
+    else:  # flows
+        for i, f in enumerate(pat["flows"]):
+            ends = []
+            for k in ("src", "dst"):
+                hn, nk = f[k].split(":", 1)
+                h = byname.get(hn)
+                if h is None:
+                    raise WorkloadError(f"{wl.source}: pattern.flows[{i}].{k}: unknown "
+                                        f"host {hn!r}")
+                try:
+                    nic = h.nic(int(nk) if nk.isdigit() else nk)
+                except KeyError:
+                    raise WorkloadError(f"{wl.source}: pattern.flows[{i}].{k}: host "
+                                        f"{hn!r} has no NIC {nk!r}") from None
+                ends.append((h, nic))
+            pairs.append(_Pair(ends[0][0], ends[0][1], ends[1][0], ends[1][1], f))
+    return pairs
+
+
+def _messages(rng: random.Random, dist: SizeDist, arrival: str, rate_bps: float,
+              mtu: int, t0: float, t1: float, max_msgs: int | None) -> tuple[Message, ...]:
+    """Message sizes and start times in [t0, t1) seconds for a flow of rate_bps."""
+    msgs: list[Message] = []
+    t = t0
+    if arrival == "poisson":
+        t += rng.expovariate(1.0) * _wire_bits(dist.mean, mtu) / rate_bps
+    while t < t1 and (max_msgs is None or len(msgs) < max_msgs):
+        size = max(dist.sample(rng), roce.RAILAB_HLEN)
+        msgs.append(Message(len(msgs), size, int(round(t * 1e9))))
+        if arrival == "paced":
+            t += _wire_bits(size, mtu) / rate_bps
+        else:
+            t += rng.expovariate(1.0) * _wire_bits(dist.mean, mtu) / rate_bps
+    return tuple(msgs)
+
+
+def _wire_bits(size: float, mtu: int) -> float:
+    """Ethernet bits a message of `size` bytes takes (headers of every packet)."""
+    size = max(size, roce.RAILAB_HLEN)
+    npk = max(1, math.ceil(size / mtu))
+    return (size + npk * roce.frame_len(0) + 3) * 8
+
+
+def generate(wl: Workload, hosts: Sequence[Any] | None = None) -> list[Flow]:
+    """Flows of workload `wl` over `hosts` (default: the file's own `hosts:`)."""
+    hs = hosts_from_list(hosts) if hosts is not None else list(wl.hosts)
+    if not hs:
+        raise WorkloadError(f"{wl.source}: hosts: no hosts given (in the file or by the lab)")
+    pairs = _pairs(wl, hs)
+    per_sender: dict[tuple[str, str], int] = {}
+    for p in pairs:
+        if p.spec is None or "rate" not in p.spec:
+            k = (p.src_host.name, p.src_nic.ifname)
+            per_sender[k] = per_sender.get(k, 0) + 1
+    sender_bps = wl.rate.bps(wl.mtu_frame_bytes)
+    used_ports: dict[str, set[int]] = {}
+    next_qp: dict[str, int] = {}
+    flows: list[Flow] = []
+    for pi, p in enumerate(pairs):
+        spec = p.spec or {}
+        if spec.get("class"):
+            classes = [(spec["class"], 1.0)]
+        else:
+            classes = [(c, wl.mix[c]) for c in CLASSES if wl.mix[c] > 0]
+        if "rate" in spec:
+            pair_bps = parse_rate(spec["rate"]).bps(wl.mtu_frame_bytes)
+        else:
+            pair_bps = sender_bps / per_sender[(p.src_host.name, p.src_nic.ifname)]
+        t0 = parse_duration(spec["start"]) if "start" in spec else 0.0
+        t1 = parse_duration(spec["stop"]) if "stop" in spec else wl.duration_s
+        for cls, share in classes:
+            cspec = wl.classes[cls]
+            key = (f"{wl.seed}/{pi}/{p.src_host.name}:{p.src_nic.rail}->"
+                   f"{p.dst_host.name}:{p.dst_nic.rail}/{cls}")
+            rng = random.Random(key)
+            dist = parse_dist(spec["size"], "flow size") if "size" in spec else cspec.size
+            opcode = spec.get("opcode", cspec.opcode)
+            arrival = spec.get("arrival", cspec.arrival)
+            bps = pair_bps * share
+            msgs = _messages(rng, dist, arrival, bps, wl.mtu, t0, t1, spec.get("messages"))
+            # RoCEv2 UDP source port: entropy for ECMP, unique per source IP.
+            used = used_ports.setdefault(p.src_nic.ip, set())
+            port = SRC_PORT_MIN + rng.randrange(SRC_PORT_MAX - SRC_PORT_MIN + 1)
+            while port in used:
+                port = SRC_PORT_MIN + (port - SRC_PORT_MIN + 1) % (SRC_PORT_MAX - SRC_PORT_MIN + 1)
+            used.add(port)
+            sqp = next_qp.get(p.src_nic.ip, QP_BASE)
+            next_qp[p.src_nic.ip] = sqp + 1
+            dqp = next_qp.get(p.dst_nic.ip, QP_BASE)
+            next_qp[p.dst_nic.ip] = dqp + 1
+            flows.append(Flow(
+                flow_id=len(flows) + 1, cls=cls,
+                src_host=p.src_host.name, src_ifname=p.src_nic.ifname, src_ip=p.src_nic.ip,
+                dst_host=p.dst_host.name, dst_ifname=p.dst_nic.ifname, dst_ip=p.dst_nic.ip,
+                src_port=port, dst_port=roce.ROCE_PORT, src_qp=sqp, dst_qp=dqp,
+                opcode=opcode, dscp=cspec.dscp, rate_bps=bps, mtu=wl.mtu, messages=msgs,
+                src_rail=p.src_nic.rail, dst_rail=p.dst_nic.rail))
+    return flows
+
+
+def load_flows(path: str | Path, hosts: Sequence[Any] | None = None,
+               seed: int | None = None) -> list[Flow]:
+    """load() + generate(); `seed` overrides the file's seed."""
+    wl = load(path)
+    if seed is not None:
+        wl.seed = seed
+    return generate(wl, hosts)
+
+
+def flows_by_sender(flows: Sequence[Flow]) -> dict[tuple[str, str], list[Flow]]:
+    """Group flows by the NIC that sends them: (src_host, src_ifname) -> flows; one
+    sender.send_flows() call per group."""
+    out: dict[tuple[str, str], list[Flow]] = {}
+    for f in flows:
+        out.setdefault((f.src_host, f.src_ifname), []).append(f)
+    return out

@@ -1,0 +1,242 @@
+"""Workload YAML: validation errors, reproducibility, patterns, byte mix, distributions."""
+from __future__ import annotations
+
+import collections
+import textwrap
+
+import pytest
+
+from dataplane.errors import RailabError
+from dataplane.traffic import roce
+from dataplane.traffic.workload import (Host, Nic, WorkloadError, generate, load,
+                                        load_dict, load_flows, parse_dist, parse_duration,
+                                        parse_rate, parse_size)
+import random
+
+
+def hosts(n=3, rails=2):
+    return [{"name": f"h{i + 1}",
+             "nics": [{"ifname": f"eth{r}", "ip": f"10.{r}.0.{i + 1}", "rail": r}
+                      for r in range(rails)]} for i in range(n)]
+
+
+BASE = textwrap.dedent("""\
+    name: demo
+    seed: 7
+    duration: 2s
+    mtu: 1024
+    rate: 200Mbps
+    mix: {elephant: 0.7, mice: 0.2, protocol: 0.1}
+    classes:
+      elephant: {size: {lognormal: {median: 256KiB, sigma: 0.5}}, opcode: write}
+      mice: {size: [[4KiB, 3], [32KiB, 1]]}
+      protocol: {size: 64}
+    hosts:
+      - name: h1
+        nics: [{ifname: eth0, ip: 10.0.0.1}, {ifname: eth1, ip: 10.1.0.1}]
+      - name: h2
+        nics: [{ifname: eth0, ip: 10.0.0.2}, {ifname: eth1, ip: 10.1.0.2}]
+      - name: h3
+        nics: [{ifname: eth0, ip: 10.0.0.3}, {ifname: eth1, ip: 10.1.0.3}]
+    pattern: {type: ring-allreduce}
+    """)
+
+
+@pytest.fixture
+def wfile(tmp_path):
+    def write(text=BASE, name="wl.yaml"):
+        p = tmp_path / name
+        p.write_text(text)
+        return p
+    return write
+
+
+def test_units():
+    assert parse_size("64KiB") == 65536 and parse_size("1MB") == 10**6
+    assert parse_size(4096) == 4096 and parse_size("2 MiB") == 2 << 20
+    assert parse_rate("200Mbps").bps(0) == 2e8
+    r = parse_rate("20kpps")
+    assert r.unit == "pps" and r.bps(1000) == 20e3 * 8000
+    assert parse_duration("500ms") == 0.5 and parse_duration(3) == 3.0
+    with pytest.raises(ValueError):
+        parse_rate("fast")
+
+
+def test_ring_allreduce_is_rail_local_ring(wfile):
+    fl = load_flows(wfile())
+    assert len(fl) == 3 * 2 * 3          # hosts x rails x classes
+    assert all(f.src_rail == f.dst_rail for f in fl)
+    assert all(f.src_ip.split(".")[1] == f.dst_ip.split(".")[1] for f in fl)
+    ring = {(f.src_host, f.dst_host) for f in fl}
+    assert ring == {("h1", "h2"), ("h2", "h3"), ("h3", "h1")}
+    assert collections.Counter(f.cls for f in fl) == {"elephant": 6, "mice": 6, "protocol": 6}
+    assert {f.opcode for f in fl if f.cls == "elephant"} == {"write"}
+    assert len({f.flow_id for f in fl}) == len(fl)
+
+
+def test_reproducible_and_seed_sensitive(wfile):
+    p = wfile()
+    a, b = load_flows(p), load_flows(p)
+    assert a == b
+    c = load_flows(p, seed=8)
+    assert [f.messages for f in a] != [f.messages for f in c]
+    assert [(f.src_ip, f.dst_ip, f.cls) for f in a] == [(f.src_ip, f.dst_ip, f.cls) for f in c]
+
+
+def test_rates_and_byte_mix(wfile):
+    fl = load_flows(wfile())
+    per_sender = collections.defaultdict(float)
+    for f in fl:
+        per_sender[(f.src_host, f.src_ifname)] += f.rate_bps
+    assert all(v == pytest.approx(200e6) for v in per_sender.values())
+    wire = collections.Counter()
+    for f in fl:
+        wire[f.cls] += f.wire_bytes
+    tot = sum(wire.values())
+    assert wire["elephant"] / tot == pytest.approx(0.7, abs=0.03)
+    assert wire["mice"] / tot == pytest.approx(0.2, abs=0.02)
+    assert wire["protocol"] / tot == pytest.approx(0.1, abs=0.01)
+    # offered load ~ rate x duration (messages start before the end; the last may run over)
+    assert tot * 8 / 2.0 / 6 == pytest.approx(200e6, rel=0.05)
+
+
+def test_messages_within_duration_and_paced(wfile):
+    fl = load_flows(wfile())
+    for f in fl:
+        starts = [m.start_ns for m in f.messages]
+        assert starts == sorted(starts) and starts[-1] < 2e9
+        assert [m.msg_id for m in f.messages] == list(range(len(f.messages)))
+        assert all(m.size >= roce.RAILAB_HLEN for m in f.messages)
+    e = next(f for f in fl if f.cls == "elephant")
+    m0, m1 = e.messages[:2]
+    assert m0.start_ns == 0                # paced: back to back at the flow rate
+    npk = len(roce.segment_message(m0.size, 1024))
+    bits = (m0.size + npk * roce.frame_len(0) + 3) * 8
+    assert m1.start_ns == pytest.approx(bits / e.rate_bps * 1e9, abs=1)
+    mice = [f for f in fl if f.cls == "mice"]
+    assert {m.size for f in mice for m in f.messages} == {4096, 32768}
+    assert {m.size for f in fl if f.cls == "protocol" for m in f.messages} == {64}
+
+
+def test_ports_and_qps_unique(wfile):
+    fl = load_flows(wfile())
+    by_src = collections.defaultdict(list)
+    for f in fl:
+        by_src[f.src_ip].append(f.src_port)
+        assert 49152 <= f.src_port <= 65535 and f.dst_port == 4791
+    assert all(len(v) == len(set(v)) for v in by_src.values())
+    qps = collections.defaultdict(list)
+    for f in fl:
+        qps[f.src_ip].append(f.src_qp)
+        qps[f.dst_ip].append(f.dst_qp)
+    assert all(len(v) == len(set(v)) for v in qps.values())
+
+
+def _wl(pattern, **kw):
+    doc = {"seed": 1, "duration": "100ms", "rate": "100Mbps", "pattern": pattern}
+    doc.update(kw)
+    return load_dict(doc, "t.yaml")
+
+
+def test_all_to_all_counts_and_pxn():
+    hs = hosts(4, 2)
+    fl = generate(_wl({"type": "all-to-all"}, mix={"elephant": 1}), hs)
+    assert len(fl) == 4 * 2 * 3 * 2     # GPUs x GPUs on other hosts
+    assert all(f.src_host != f.dst_host for f in fl)
+    cross = [f for f in fl if f.src_rail != f.dst_rail]
+    assert len(cross) == len(fl) // 2
+    fl = generate(_wl({"type": "all-to-all", "rails": "same"}, mix={"elephant": 1}), hs)
+    assert len(fl) == 4 * 2 * 3 and all(f.src_rail == f.dst_rail for f in fl)
+    fl = generate(_wl({"type": "all-to-all", "pxn": True}, mix={"elephant": 1}), hs)
+    assert all(f.src_rail == f.dst_rail for f in fl)        # PXN: leave on dst's rail
+    assert len(fl) == 4 * 2 * 3 * 2
+
+
+def test_cross_rail_pairs():
+    hs = hosts(3, 4)
+    fl = generate(_wl({"type": "cross-rail", "shift": 1}, mix={"mice": 1}), hs)
+    assert len(fl) == 3 * 4
+    for f in fl:
+        assert f.dst_rail == (f.src_rail + 1) % 4
+        assert int(f.dst_host[1:]) == int(f.src_host[1:]) % 3 + 1
+
+
+def test_explicit_flows():
+    wl = _wl({"type": "flows", "flows": [
+        {"src": "h1:eth0", "dst": "h2:eth1", "class": "elephant", "rate": "1Gbps",
+         "size": "1MiB", "messages": 5},
+        {"src": "h2:0", "dst": "h1:0"}]})
+    fl = generate(wl, hosts(2, 2))
+    assert len(fl) == 1 + 3
+    f = fl[0]
+    assert (f.cls, f.src_ip, f.dst_ip, f.rate_bps) == ("elephant", "10.0.0.1", "10.1.0.2", 1e9)
+    assert [m.size for m in f.messages] == [1 << 20] * 5
+    assert {g.src_ip for g in fl[1:]} == {"10.0.0.2"}
+
+
+def test_size_distributions():
+    rng = random.Random(3)
+    d = parse_dist({"uniform": {"min": 100, "max": 200}}, "x")
+    assert all(100 <= d.sample(rng) <= 200 for _ in range(500))
+    d = parse_dist({"lognormal": {"median": "1MiB", "sigma": 2, "min": "64KiB",
+                                  "max": "4MiB"}}, "x")
+    v = [d.sample(rng) for _ in range(2000)]
+    assert min(v) == 65536 and max(v) == 4 << 20       # clamped both ways
+    assert sorted(v)[1000] == pytest.approx(1 << 20, rel=0.15)
+    d = parse_dist([[10, 1], [20, 3]], "x")
+    c = collections.Counter(d.sample(rng) for _ in range(4000))
+    assert set(c) == {10, 20} and c[20] / 4000 == pytest.approx(0.75, abs=0.03)
+    assert parse_dist({"fixed": "2KiB"}, "x").sample(rng) == 2048
+
+
+@pytest.mark.parametrize("edit,field", [
+    ("mix: {elephant: -1, mice: 0.2, protocol: 0.1}", "mix.elephant"),
+    ("rate: fast", "rate"),
+    ("pattern: {type: butterfly}", "pattern.type"),
+    ("mtu: 1000", "mtu"),
+    ("duration: soon", "duration"),
+    ("classes: {mice: {size: {uniform: {min: 1}}}}", "classes.mice.size"),
+    ("bogus: 1", "bogus"),
+])
+def test_schema_errors_one_line_with_file_and_field(wfile, edit, field):
+    key = edit.split(":")[0]
+    lines = [ln for ln in BASE.splitlines() if not ln.startswith(key + ":")]
+    if key == "classes":
+        lines = [ln for ln in lines if not ln.startswith("  ")
+                 or ln.startswith("  - name") or ln.startswith("    nics")]
+    p = wfile("\n".join(lines) + "\n" + edit + "\n")
+    with pytest.raises(WorkloadError) as ei:
+        load(p)
+    msg = str(ei.value)
+    assert "\n" not in msg and msg.startswith(str(p) + ": ")
+    assert field in msg
+    assert isinstance(ei.value, RailabError)
+
+
+def test_semantic_errors(wfile):
+    with pytest.raises(WorkloadError, match=r"wl\.yaml: pattern\.flows\[0\]\.dst: unknown host 'h9'"):
+        load_flows(wfile(BASE.replace("pattern: {type: ring-allreduce}",
+                                      "pattern: {type: flows, flows: [{src: h1:eth0, dst: h9:eth0}]}")))
+    with pytest.raises(WorkloadError, match="mix: all class shares are zero"):
+        load_flows(wfile(BASE.replace("mix: {elephant: 0.7, mice: 0.2, protocol: 0.1}",
+                                      "mix: {elephant: 0}")))
+    with pytest.raises(WorkloadError, match="missing.yaml: cannot read"):
+        load("/nonexistent/missing.yaml")
+    with pytest.raises(WorkloadError, match="YAML error at line"):
+        load(wfile("a: [1,\n"))
+    with pytest.raises(WorkloadError, match="needs at least 2 hosts"):
+        generate(_wl({"type": "ring-allreduce"}), hosts(1, 2))
+
+
+def test_host_objects_accepted():
+    hs = [Host("a", (Nic("eth0", "10.0.0.1", 0),)), Host("b", (Nic("eth0", "10.0.0.2", 0),))]
+    fl = generate(_wl({"type": "ring-allreduce"}, mix={"protocol": 1}), hs)
+    assert {(f.src_host, f.dst_host) for f in fl} == {("a", "b"), ("b", "a")}
+
+
+def test_flows_by_sender(wfile):
+    from dataplane.traffic.workload import flows_by_sender
+    fl = load_flows(wfile())
+    g = flows_by_sender(fl)
+    assert len(g) == 6 and sum(len(v) for v in g.values()) == len(fl)
+    assert all(f.src_host == h and f.src_ifname == i for (h, i), v in g.items() for f in v)
