@@ -56,30 +56,54 @@ def deploy(spec: LabSpec) -> DeployResult:
     lab_state = state.LabState(spec, "deploying")
     lab_state.save()
     agent = None
-    previous_term = signal.signal(signal.SIGTERM, _raise_interrupt)
+    interrupted = _InterruptGuard()
     try:
-        agent, ready_fd = _start_agent(spec.name)
-        lab_state.agent_pid = agent.pid
-        lab_state.save()
-        rt.create_namespaces(spec)
-        rt.create_links(spec)
-        rt.configure_sysctls(spec)
-        rt.configure_all(spec)
-        agent.stdin.write(b"go\n")
-        agent.stdin.close()
-        _wait_ready(spec.name, agent, ready_fd)
-        lab_state.status = "up"
-        lab_state.save()
+        with interrupted:
+            agent, ready_fd = _start_agent(spec.name)
+            lab_state.agent_pid = agent.pid
+            lab_state.save()
+            steps = (rt.create_namespaces, rt.create_links, rt.configure_sysctls, rt.configure_all)
+            for step in steps:
+                interrupted.check()
+                step(spec)
+            interrupted.check()
+            agent.stdin.write(b"go\n")
+            agent.stdin.close()
+            _wait_ready(spec.name, agent, ready_fd)
+            interrupted.check()
+            lab_state.status = "up"
+            lab_state.save()
     except BaseException:
         destroy(spec.name)
         raise
-    finally:
-        signal.signal(signal.SIGTERM, previous_term)
     return DeployResult(spec.name, False, time.monotonic() - started)
 
 
-def _raise_interrupt(signum, frame):
-    raise KeyboardInterrupt
+class _InterruptGuard:
+    """Ctrl-C or SIGTERM during a deploy: raise KeyboardInterrupt at once, and again at
+    the next step boundary in case a library swallowed the first one."""
+
+    def __init__(self):
+        self.fired = False
+        self.previous = {}
+
+    def _handler(self, signum, frame):
+        self.fired = True
+        raise KeyboardInterrupt
+
+    def check(self) -> None:
+        if self.fired:
+            raise KeyboardInterrupt
+
+    def __enter__(self):
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            self.previous[sig] = signal.signal(sig, self._handler)
+        return self
+
+    def __exit__(self, *exc):
+        for sig, handler in self.previous.items():
+            signal.signal(sig, handler)
+        return False
 
 
 def _start_agent(lab: str):

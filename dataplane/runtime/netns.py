@@ -31,8 +31,23 @@ def list_netns() -> list[str]:
 
 
 def create_namespaces(spec: LabSpec) -> None:
-    for node in spec.nodes:
-        pr_netns.create(node.netns)
+    """All namespaces in one `ip -batch` run. It is a child we hold, so an interrupted
+    deploy waits for it to end before cleaning up (pyroute2's netns.create forks a helper
+    we cannot wait for, which could create a namespace after the cleanup looked)."""
+    script = "".join(f"netns add {node.netns}\n" for node in spec.nodes)
+    proc = subprocess.Popen(["ip", "-batch", "-"], stdin=subprocess.PIPE,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        _, err = proc.communicate(script)
+    finally:
+        if proc.returncode is None:
+            try:
+                proc.stdin.close()
+            except OSError:
+                pass
+            proc.wait()
+    if proc.returncode:
+        raise RuntimeError(f"creating namespaces failed: {err.strip()}")
 
 
 def _veth_request(name, index, mac, ns_fd, peer_name, peer_index, peer_mac, peer_ns_fd) -> ifinfmsg:
