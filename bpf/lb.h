@@ -1,6 +1,7 @@
 /* railab data plane: load-balancing member selection.
  *
- * Pure functions; the caller owns the map lookups. The flow hash is a seeded
+ * Pure functions; the caller (switch.c, where bcc rewrites map accesses) owns the
+ * map lookups and the per-mode dispatch (lb_select). The flow hash is a seeded
  * murmur3_32 over fixed 32-bit words (unselected fields contribute 0, so the
  * word count and therefore the mixing are the same for every field choice).
  */
@@ -8,6 +9,7 @@
 #define RAILAB_LB_H
 
 #include "parse.h"
+#include "railab_structs.h"
 
 static __always_inline __u32 rl_rotl32(__u32 x, int r)
 {
@@ -55,16 +57,36 @@ static __always_inline __u32 rl_reduce(__u32 x, __u32 n)
     return (__u32)(((__u64)x * n) >> 32);
 }
 
-/* Member index for a packet of a group with n (> 0) members. */
-static __always_inline __u32 lb_pick(__u16 mode, __u32 n, const struct flow *f, __u32 fields,
-                                     __u32 seed, __u32 ingress_ifindex, __u16 lbn)
+/* RoCEv2 data packets for SprayLink: SEND and RDMA WRITE first/middle/last/only (with
+ * or without immediate), on RC (opcode bits 7..5 = 000) or UC (001) transport: the low
+ * five bits are 0x00..0x0b. Everything else -- ACK 0x11, CNP 0x81, READ request and
+ * responses, atomics, UD, connection management -- is a protocol packet. */
+static __always_inline int roce_is_data(__u8 opcode)
 {
-    /* if-chain, not switch: bcc/llvm may emit a jump table, which BPF lacks */
-    if (mode == LB_MODE_LBN)
-        return (__u32)lbn % n;
-    if (mode == LB_MODE_SPRAY_RANDOM)
-        return rl_reduce(bpf_get_prandom_u32(), n);
-    return rl_reduce(flow_hash(f, fields, seed, ingress_ifindex), n);
+    return (opcode >> 5) <= 1 && (opcode & 0x1f) <= 0x0b;
+}
+
+/* Utilisation of an emulated port as the load-aware modes see it: a stale EWMA (no
+ * transmit for 4 windows) means the port has been idle. */
+static __always_inline __u32 queue_util(const struct port_queue *q, __u64 now)
+{
+    if (now - q->win_start > 4 * (__u64)q->win_ns)
+        return 0;
+    return q->util;
+}
+
+/* Load score of an emulated port: backlog (ns to drain) plus utilisation expressed as
+ * ns of one window; lower is better. Read without the lock: a racy snapshot is fine. */
+static __always_inline __u64 queue_load(const struct port_queue *q, __u64 now)
+{
+    __u64 backlog = q->t_free - now;
+    __u64 stale = 4 * (__u64)q->win_ns - (now - q->win_start);
+    __u64 util = q->util;
+
+    /* branch-free (see lb_consider): negative differences (as s64) count as 0 */
+    backlog &= ~(__u64)((__s64)backlog >> 63);
+    util &= ~(__u64)((__s64)stale >> 63);
+    return backlog + ((util * q->win_ns) >> 10);
 }
 
 #endif /* RAILAB_LB_H */

@@ -26,6 +26,12 @@
 #ifndef MAX_ADDRS
 #define MAX_ADDRS 16384         /* owned addresses, all switches together */
 #endif
+#ifndef MAX_FLOWLETS
+#define MAX_FLOWLETS 65536      /* flowlet table entries (LRU), all groups together */
+#endif
+#ifndef MAX_TM
+#define MAX_TM 16384            /* static traffic-matrix entries, all switches together */
+#endif
 
 /* ---- protocol numbers ---- */
 #define RL_ETH_P_IP     0x0800
@@ -49,14 +55,23 @@
 #define DROP_PORT_DOWN     6   /* ingress port administratively down (PORT_F_DOWN) */
 #define DROP_UNKNOWN_PORT  7   /* ingress ifindex not in the port map (counted globally only) */
 #define DROP_NOT_UNICAST   8   /* IPv4 in an Ethernet multicast/broadcast frame */
-#define DROP_REASON_MAX    16  /* array size; reasons 9..15 are reserved */
+#define DROP_QUEUE_FULL    9   /* egress virtual queue over its buffer (tail drop); counted
+                                * on the EGRESS port's drops[], unlike every other reason */
+#define DROP_REASON_MAX    16  /* array size; reasons 10..15 are reserved */
 
 /* ---- next-hop group modes (struct group.mode) ---- */
 #define LB_MODE_ECMP         0   /* hash of selected fields, seeded per switch */
 #define LB_MODE_LBN          1   /* ingress port's lbn value mod n_members */
 #define LB_MODE_SPRAY_RANDOM 2   /* per packet, bpf_get_prandom_u32 */
-/* 3.. reserved (spray round-robin, flowlet, wcmp ...); unknown modes behave as ECMP */
-#define LB_MODE_MAX          3
+#define LB_MODE_SPRAY_RR     3   /* per packet, round robin on the group's shared counter */
+#define LB_MODE_FLOWLET      4   /* per flowlet: a gap > timeout re-picks the least-loaded member */
+#define LB_MODE_SPRAYLINK    5   /* RoCE data packets by live member load, the rest as ECMP */
+#define LB_MODE_WCMP         6   /* hash onto the group's weighted slot table (wslots) */
+#define LB_MODE_MAX          7   /* unknown modes behave as ECMP */
+
+#define WCMP_SLOTS   64          /* size of struct group.wslots (power of two) */
+#define LB_SCAN_MAX  4           /* load-aware modes compare at most this many members */
+#define UTIL_ONE     1024        /* port_queue.util fixed point: 1024 = 100% */
 
 /* ---- hash field selection flags (struct group.hash_fields / switch_cfg.hash_fields) ---- */
 #define HASH_F_SRC_IP       (1U << 0)
@@ -75,6 +90,8 @@
 #define PORT_F_ARP_XDP_TX (1U << 2)   /* send ARP replies with XDP_TX instead of a redirect to
                                        * the ingress port; on veth XDP_TX only reaches the peer
                                        * if the peer has an XDP program (GRO is not enough) */
+
+#define SW_F_TM           (1U << 0)   /* switch_cfg.flags: the switch has traffic-matrix entries */
 
 #define RL_XDP_ACTION_MAX 5           /* XDP_ABORTED .. XDP_REDIRECT */
 

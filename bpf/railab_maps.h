@@ -19,7 +19,8 @@ BPF_ARRAY(switches, struct switch_cfg, MAX_SWITCHES);
  * IPv4 dst big-endian} -> struct route_val {group_id}. Per-switch routing tables. */
 BPF_LPM_TRIE(routes, struct route_key, struct route_val, MAX_ROUTES);
 
-/* groups: key __u32 group_id (array index, lab-wide) -> struct group {mode, n_members, hash_fields}. */
+/* groups: key __u32 group_id (array index, lab-wide) -> struct group {mode, n_members,
+ * hash_fields, flowlet/busy timeouts, WCMP slot table, round-robin counter}. */
 BPF_ARRAY(groups, struct group, MAX_GROUPS);
 
 /* members: key __u32 group_id * MAX_MEMBERS + i -> struct member {egress ifindex,
@@ -33,6 +34,20 @@ BPF_HASH(port_addrs, struct port_addr_key, __u32, MAX_ADDRS);
 /* local_addrs: key struct local_addr_key {switch_id host order, IPv4 big-endian} -> __u32
  * refcount. IPv4 to one of these is XDP_PASS (the switch's own kernel stack). */
 BPF_HASH(local_addrs, struct local_addr_key, __u32, MAX_ADDRS);
+
+/* port_queue: shared (not per-CPU: every CPU must see one queue), key __u32 port slot ->
+ * struct port_queue {speed as ps/byte, buffer and ECN threshold as drain ns, virtual queue
+ * end time, utilisation EWMA}, updated under its bpf_spin_lock on every transmit. */
+BPF_ARRAY(port_queue, struct port_queue, MAX_PORTS);
+
+/* flowlets: LRU hash, key struct flowlet_key {group_id host order, flow hash} ->
+ * struct flowlet {last packet ns, member of the current flowlet, flowlet count}. */
+BPF_TABLE("lru_hash", struct flowlet_key, struct flowlet, flowlets, MAX_FLOWLETS);
+
+/* tm: static traffic matrix, key struct tm_key {switch_id host order, saddr/daddr network
+ * order, ports host order, proto} -> struct tm_entry {member to use, match counters}.
+ * Only looked up for switches whose switch_cfg.flags has SW_F_TM. */
+BPF_HASH(tm, struct tm_key, struct tm_entry, MAX_TM);
 
 /* port_stats: PERCPU, key __u32 port slot -> struct port_stats (rx/tx/drops by reason). */
 BPF_PERCPU_ARRAY(port_stats, struct port_stats, MAX_PORTS);

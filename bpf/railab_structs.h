@@ -17,14 +17,15 @@ struct port_info {
     __u16 flags;          /* PORT_F_* */
     __u8  mac[6];         /* the port's MAC: ARP replies and src MAC of frames it sends */
     __u16 lbn;            /* LBN value of this ingress port (LB_MODE_LBN) */
-    __u64 speed_bps;      /* emulated port speed, 0 = unset (reserved for shaping modes) */
+    __u64 speed_bps;      /* emulated (scaled) port speed; informational, the data path uses
+                           * port_queue.ps_per_byte */
 };
 
 /* value of `switches` (key: __u32 switch_id, array index) */
 struct switch_cfg {
     __u32 hash_seed;      /* per-switch ECMP seed (defeats hash polarization) */
     __u32 hash_fields;    /* default HASH_F_* for groups whose hash_fields is 0 */
-    __u32 flags;          /* reserved */
+    __u32 flags;          /* SW_F_* (SW_F_TM: look up `tm` for this switch's packets) */
     __u32 _pad;
 };
 
@@ -43,13 +44,22 @@ struct route_val {
     __u32 flags;          /* reserved */
 };
 
-/* value of `groups` (key: __u32 group_id, array index) */
+/* value of `groups` (key: __u32 group_id, array index). Written by the agent; the
+ * data path only writes `rr` (atomically). */
 struct group {
     __u16 mode;           /* LB_MODE_* */
     __u16 n_members;      /* members 0..n-1 are valid; 0 = drop (no_member) */
     __u32 hash_fields;    /* HASH_F_*; 0 = switch default */
     __u32 flags;          /* reserved */
-    __u32 _pad;
+    __u32 flowlet_ns;     /* LB_MODE_FLOWLET: idle gap that ends a flowlet (ns) */
+    __u32 busy_ns;        /* ... gap used instead while the flow's member is busy (ns) */
+    __u16 busy_util;      /* ... "busy" = member utilisation above this (UTIL_ONE = 100%);
+                           * 0 = never busy */
+    __u16 n_wslots;       /* LB_MODE_WCMP: slots in use in wslots (0 = plain hash) */
+    __u8  wslots[WCMP_SLOTS];   /* LB_MODE_WCMP: member index per slot (weights expanded) */
+    __u16 eslots[WCMP_SLOTS];   /* egress port slot of members 0..63 (load-aware modes read
+                                 * port_queue[eslots[i]] without a `members` lookup) */
+    __u64 rr;             /* LB_MODE_SPRAY_RR: packets so far (shared, __sync_fetch_and_add) */
 };
 
 /* value of `members` (key: __u32 group_id * MAX_MEMBERS + member index) */
@@ -81,7 +91,59 @@ struct port_stats {
     __u64 rx_bytes;
     __u64 tx_packets;     /* frames sent out of this port by redirect or XDP_TX */
     __u64 tx_bytes;
-    __u64 drops[DROP_REASON_MAX];   /* frames received here and dropped, by DROP_* */
+    __u64 ecn_marked;     /* frames sent out of this port with CE set by its queue */
+    __u64 drops[DROP_REASON_MAX];   /* frames received here and dropped, by DROP_*; except
+                                     * DROP_QUEUE_FULL: frames this port's queue refused */
+};
+
+/* value of `port_queue` (shared ARRAY, key: port slot): the emulated egress port.
+ * A virtual queue: t_free is when the bytes accepted so far will have drained at
+ * the port's speed, so the backlog is (t_free - now) ns worth of bytes. Frames are
+ * not delayed (XDP cannot hold them): "queue" means accounting for tail drop, ECN
+ * and the load-aware modes, not added latency. Config fields are written by the
+ * agent (BPF_F_LOCK); state fields only by the data path under `lock`. */
+struct port_queue {
+    struct bpf_spin_lock lock;
+    __u32 ps_per_byte;    /* config: 8e12 / scaled speed (picoseconds per byte); 0 = no model */
+    __u64 buf_ns;         /* config: buffer size as drain time (ns); tail drop beyond */
+    __u64 ecn_ns;         /* config: mark CE on ECT frames when the backlog exceeds this (ns) */
+    __u32 win_ns;         /* config: utilisation sample window (ns) */
+    __u32 util;           /* state: EWMA (1/4) of per-window busy fraction, UTIL_ONE = 100% */
+    __u64 t_free;         /* state: bpf_ktime_get_ns() at which the queue is empty */
+    __u64 win_start;      /* state: start of the current utilisation window (ns) */
+    __u64 win_busy_ns;    /* state: transmit time of frames accepted in this window (ns) */
+};
+
+/* key of `flowlets` (LRU hash) */
+struct flowlet_key {
+    __u32 group_id;       /* host order */
+    __u32 hash;           /* flow hash (group's fields, switch's seed) */
+};
+
+/* value of `flowlets` */
+struct flowlet {
+    __u64 last_ns;        /* bpf_ktime_get_ns() of the flow's last packet */
+    __u32 member;         /* member index the current flowlet uses */
+    __u32 flowlets;       /* flowlets this flow has had (1 = never re-decided) */
+};
+
+/* key of `tm` (hash): a 5-tuple of one switch. Padding must be zero. */
+struct tm_key {
+    __u32 switch_id;      /* host order */
+    __u32 saddr;          /* network order */
+    __u32 daddr;          /* network order */
+    __u16 sport;          /* host order */
+    __u16 dport;          /* host order */
+    __u8  proto;
+    __u8  _pad[3];
+};
+
+/* value of `tm`: where the flow goes, overriding the route's group and mode */
+struct tm_entry {
+    struct member m;      /* egress ifindex, slot, MACs as in `members` */
+    __u32 _pad;
+    __u64 packets;        /* frames that matched (shared, __sync_fetch_and_add) */
+    __u64 bytes;
 };
 
 /* value of `member_stats` (PERCPU array, same key as `members`) and of

@@ -22,4 +22,35 @@ static __always_inline void ip_decrease_ttl(struct iphdr *iph)
     iph->ttl--;
 }
 
+/* RFC 1624 eqn. 3: HC' = ~(~HC + ~m + m') for one 16-bit word changing m -> m'. */
+static __always_inline void rl_csum_replace2(__u16 *check, __u16 old, __u16 new)
+{
+    __u32 sum = (__u16)~*check;
+
+    sum += (__u16)~old;
+    sum += new;
+    sum = (sum & 0xffff) + (sum >> 16);
+    sum = (sum & 0xffff) + (sum >> 16);
+    *check = (__u16)~sum;
+}
+
+/* Congestion Experienced: set ECN = 11 on an ECT(0)/ECT(1) packet, fixing the header
+ * checksum incrementally. Returns 1 if the packet was marked, 0 if it is not ECN-capable
+ * (or already CE). tos shares its 16-bit word with version/ihl. */
+static __always_inline int ip_set_ce(struct iphdr *iph)
+{
+    __u8 tos = iph->tos;
+    __u8 *first = (__u8 *)iph;   /* version/ihl byte */
+    __u16 old, new;
+
+    if ((tos & 3) == 0 || (tos & 3) == 3)
+        return 0;
+    /* the word as it sits in memory (network order), built from values, not re-read */
+    old = rl_htons(((__u16)first[0] << 8) | tos);
+    new = rl_htons(((__u16)first[0] << 8) | (tos | 3));
+    iph->tos = tos | 3;
+    rl_csum_replace2(&iph->check, old, new);
+    return 1;
+}
+
 #endif /* RAILAB_REWRITE_H */

@@ -13,8 +13,10 @@
  *   IPv4 -> L4 ports (TCP/UDP, not for fragments) -> RoCEv2 BTH (UDP 4791)
  *        -> dst owned by the switch -> XDP_PASS
  *        -> TTL <= 1 -> drop ttl_expired
- *        -> LPM (switch_id, dst) -> group -> member (lb.h) -> MAC rewrite, TTL-1
- *        -> bpf_redirect(member ifindex)
+ *        -> traffic-matrix entry (switch has any) -> that member, skipping route and mode
+ *        -> LPM (switch_id, dst) -> group -> member by the group's mode (lb_select)
+ *        -> emulated egress port (rl_transmit: virtual queue, tail drop queue_full, ECN CE)
+ *        -> MAC rewrite, TTL-1 -> bpf_redirect(member ifindex)
  *
  * Every exit goes through rl_exit() (per-verdict counters); drops go through
  * rl_drop() (per-port and global per-reason counters) which calls rl_exit().
@@ -117,6 +119,152 @@ static __always_inline int handle_arp(struct xdp_md *ctx, struct hdr_cursor *nh,
     return rl_exit(ctx, bpf_redirect(ifindex, 0));
 }
 
+/* Least-loaded member among LB_SCAN_MAX consecutive members (mod n) from a random one
+ * (so ties, e.g. an idle fabric, spread): all of them when n <= LB_SCAN_MAX. The
+ * comparison is branch-free: with branches the verifier's paths multiply per candidate. */
+static __always_inline void lb_consider(struct group *grp, __u32 j, __u64 now,
+                                        __u32 *best, __u64 *best_load)
+{
+    __u32 slot = grp->eslots[j & (WCMP_SLOTS - 1)];
+    struct port_queue *q = port_queue.lookup(&slot);
+    __u64 load, lt;
+
+    if (!q)
+        return;
+    load = queue_load(q, now);
+    lt = (__u64)((__s64)(load - *best_load) >> 63);   /* all ones iff load < best_load */
+    *best_load = (load & lt) | (*best_load & ~lt);
+    *best = (__u32)((j & lt) | (*best & ~lt));
+}
+
+static __always_inline __u32 lb_least_loaded(struct group *grp, __u32 n, __u64 now)
+{
+    __u32 start = rl_reduce(bpf_get_prandom_u32(), n);
+    __u32 best = start;
+    __u64 best_load = 0x7fffffffffffffffULL;
+
+    lb_consider(grp, start, now, &best, &best_load);
+    lb_consider(grp, (start + 1) % n, now, &best, &best_load);
+    lb_consider(grp, (start + 2) % n, now, &best, &best_load);
+    lb_consider(grp, (start + 3) % n, now, &best, &best_load);
+    return best;
+}
+
+/* Flowlet: keep the flow's member while its packets come closer together than the
+ * group's flowlet gap (the shorter busy gap while that member's utilisation is above
+ * busy_util); after a longer gap the next flowlet goes to the least-loaded member. */
+static __always_inline __u32 lb_flowlet(struct group *grp, __u32 gid, __u32 n, __u32 hash)
+{
+    struct flowlet_key key = {};
+    struct flowlet *fl, nf = {};
+    struct port_queue *q;
+    __u64 now = bpf_ktime_get_ns(), gap;
+    __u32 slot, cur;
+
+    key.group_id = gid;
+    key.hash = hash;
+    nf.flowlets = 1;
+    fl = flowlets.lookup(&key);
+    if (fl) {
+        cur = fl->member;
+        gap = grp->flowlet_ns;
+        if (grp->busy_util) {
+            slot = grp->eslots[cur & (WCMP_SLOTS - 1)];
+            q = port_queue.lookup(&slot);
+            if (q && queue_util(q, now) > grp->busy_util)
+                gap = grp->busy_ns;
+        }
+        if (cur < n && now - fl->last_ns <= gap) {
+            fl->last_ns = now;
+            return cur;
+        }
+        nf.flowlets = fl->flowlets + 1;
+    }
+    nf.member = lb_least_loaded(grp, n, now);
+    nf.last_ns = now;
+    flowlets.update(&key, &nf);
+    return nf.member;
+}
+
+/* Member index (< n, n > 0) for a packet of group gid, by the group's mode. */
+static __always_inline __u32 lb_select(struct group *grp, __u32 gid, __u32 n, const struct flow *f,
+                                       __u32 fields, __u32 seed, __u32 ingress_ifindex, __u16 lbn)
+{
+    __u16 mode = grp->mode;
+    __u32 h;
+
+    /* if-chain, not switch: bcc/llvm may emit a jump table, which BPF lacks */
+    if (mode == LB_MODE_LBN)
+        return (__u32)lbn % n;
+    if (mode == LB_MODE_SPRAY_RANDOM)
+        return rl_reduce(bpf_get_prandom_u32(), n);
+    if (mode == LB_MODE_SPRAY_RR)   /* one shared counter: per-CPU counters would break RR */
+        return __sync_fetch_and_add(&grp->rr, 1) % n;
+    if (mode == LB_MODE_SPRAYLINK && f->has_bth && roce_is_data(f->bth_opcode))
+        return lb_least_loaded(grp, n, bpf_ktime_get_ns());
+    h = flow_hash(f, fields, seed, ingress_ifindex);
+    if (mode == LB_MODE_WCMP && grp->n_wslots)
+        return grp->wslots[rl_reduce(h, grp->n_wslots) & (WCMP_SLOTS - 1)];
+    if (mode == LB_MODE_FLOWLET)
+        return lb_flowlet(grp, gid, n, h);
+    return rl_reduce(h, n);   /* ECMP, SprayLink protocol/non-RoCE packets, unknown modes */
+}
+
+/* Send the frame out of member m: emulated egress port (virtual queue: tail drop,
+ * ECN, utilisation), MAC rewrite, TTL, tx counters, redirect. */
+static __always_inline int rl_transmit(struct xdp_md *ctx, struct ethhdr *eth, struct iphdr *iph,
+                                       const struct member *m, __u64 len, struct pkt_count *mc)
+{
+    struct port_stats *eps;
+    struct port_queue *q;
+    __u32 slot = m->egress_slot;
+    __u64 now, tx_ns, backlog, elapsed, sample;
+    int drop = 0, mark = 0;
+
+    eps = port_stats.lookup(&slot);
+    q = port_queue.lookup(&slot);
+    if (q && q->ps_per_byte) {
+        now = bpf_ktime_get_ns();
+        tx_ns = len * q->ps_per_byte / 1000;
+        bpf_spin_lock(&q->lock);
+        backlog = q->t_free > now ? q->t_free - now : 0;
+        if (backlog + tx_ns > q->buf_ns) {
+            drop = 1;
+        } else {
+            mark = backlog > q->ecn_ns;
+            q->t_free = now + backlog + tx_ns;
+            q->win_busy_ns += tx_ns;
+        }
+        elapsed = now - q->win_start;
+        if (elapsed >= q->win_ns) {
+            sample = elapsed ? q->win_busy_ns * UTIL_ONE / elapsed : 0;
+            if (sample > UTIL_ONE)
+                sample = UTIL_ONE;
+            /* idle for several windows: the old average says nothing any more */
+            q->util = elapsed > 4 * (__u64)q->win_ns ? sample : (q->util * 3 + sample) >> 2;
+            q->win_start = now;
+            q->win_busy_ns = 0;
+        }
+        bpf_spin_unlock(&q->lock);
+        if (drop)
+            return rl_drop(ctx, eps, DROP_QUEUE_FULL);
+    }
+
+    rewrite_macs(eth, m->dmac, m->smac);
+    ip_decrease_ttl(iph);
+    if (mark && ip_set_ce(iph) && eps)
+        eps->ecn_marked++;
+    if (mc) {
+        mc->packets++;
+        mc->bytes += len;
+    }
+    if (eps) {
+        eps->tx_packets++;
+        eps->tx_bytes += len;
+    }
+    return rl_exit(ctx, bpf_redirect(m->ifindex, 0));
+}
+
 /* Trivial program for the far end of a switch link (host NICs): gives that veth
  * an XDP program so frames the switch sends it with XDP_TX are delivered. */
 int xdp_pass(struct xdp_md *ctx)
@@ -132,7 +280,7 @@ int xdp_switch(struct xdp_md *ctx)
     __u64 len = data_end - data;
     struct hdr_cursor nh = { .pos = data };
     struct port_info *port;
-    struct port_stats *ps, *eps;
+    struct port_stats *ps;
     struct switch_cfg *sw;
     struct group *grp;
     struct member *m;
@@ -207,6 +355,25 @@ int xdp_switch(struct xdp_md *ctx)
     if (iph->ttl <= 1)
         return rl_drop(ctx, ps, DROP_TTL_EXPIRED);
 
+    sw = switches.lookup(&switch_id);
+    if (sw && (sw->flags & SW_F_TM)) {   /* static traffic matrix overrides every mode */
+        struct tm_key tk = {};
+        struct tm_entry *te;
+
+        tk.switch_id = switch_id;
+        tk.saddr = f.saddr;
+        tk.daddr = f.daddr;
+        tk.sport = f.sport;
+        tk.dport = f.dport;
+        tk.proto = f.proto;
+        te = tm.lookup(&tk);
+        if (te && te->m.ifindex) {
+            __sync_fetch_and_add(&te->packets, 1);
+            __sync_fetch_and_add(&te->bytes, len);
+            return rl_transmit(ctx, eth, iph, &te->m, len, NULL);
+        }
+    }
+
     if (rl_lookup_route(switch_id, f.daddr, &gid) < 0)
         return rl_drop(ctx, ps, DROP_NO_ROUTE);
 
@@ -214,7 +381,6 @@ int xdp_switch(struct xdp_md *ctx)
     if (!grp || grp->n_members == 0)
         return rl_drop(ctx, ps, DROP_NO_MEMBER);
 
-    sw = switches.lookup(&switch_id);
     seed = sw ? sw->hash_seed : 0;
     fields = grp->hash_fields;
     if (!fields)
@@ -222,27 +388,13 @@ int xdp_switch(struct xdp_md *ctx)
     if (!fields)
         fields = HASH_FIELDS_5TUPLE;
 
-    idx = lb_pick(grp->mode, grp->n_members, &f, fields, seed, ifindex, port->lbn);
+    idx = lb_select(grp, gid, grp->n_members, &f, fields, seed, ifindex, port->lbn);
     if (idx >= MAX_MEMBERS)
         return rl_drop(ctx, ps, DROP_NO_MEMBER);
     midx = gid * MAX_MEMBERS + idx;
     m = members.lookup(&midx);
     if (!m || !m->ifindex)
         return rl_drop(ctx, ps, DROP_NO_MEMBER);
-
-    rewrite_macs(eth, m->dmac, m->smac);
-    ip_decrease_ttl(iph);
-
     mc = member_stats.lookup(&midx);
-    if (mc) {
-        mc->packets++;
-        mc->bytes += len;
-    }
-    slot = m->egress_slot;
-    eps = port_stats.lookup(&slot);
-    if (eps) {
-        eps->tx_packets++;
-        eps->tx_bytes += len;
-    }
-    return rl_exit(ctx, bpf_redirect(m->ifindex, 0));
+    return rl_transmit(ctx, eth, iph, m, len, mc);
 }

@@ -26,6 +26,17 @@ from dataplane.runtime import state
 from dataplane.runtime.labspec import LabSpec
 
 
+# Emulated port model, lab-wide defaults: nominal (topology) speed x scale. Buffer and
+# ECN threshold are bytes at the scaled speed. The queue is virtual: it decides drops,
+# ECN marks and load, it does not delay frames -- so TCP, whose window cannot shrink
+# below ~2 segments per (microsecond) RTT, cannot adapt to a port slower than what it
+# offers and collapses into losses. The default scale (400G -> 10 Gb/s) is above what
+# one machine's TCP reaches; experiments that must fill a port from Python set
+# scale 1/4000 (400G -> 100 Mb/s) with `railab lb port-model` / Fabric.set_port_model.
+PORT_MODEL_DEFAULTS = {"scale": 1 / 40, "buffer_bytes": 32768, "ecn_bytes": 8192,
+                       "window_us": 1000.0}
+
+
 class SwitchProgrammer:
     """Turns a LabSpec into map entries of a SwitchDataplane."""
 
@@ -34,6 +45,11 @@ class SwitchProgrammer:
         self.dp = dataplane
         self.groups: dict[tuple[str, tuple[str, ...]], int] = {}
         self.group_members: dict[int, list[str]] = {}
+        self.group_prefixes: dict[int, list[str]] = {}
+        self.port_model = dict(PORT_MODEL_DEFAULTS)
+        self.seeds: dict[str, int] = {}
+        self.hash_fields: dict[str, list[str] | None] = {}
+        self.lbn: dict[tuple[str, str], int] = {}
 
     def seed_for(self, switch: str) -> int:
         return zlib.crc32(f"{self.spec.name}/{switch}".encode())
@@ -41,18 +57,166 @@ class SwitchProgrammer:
     def program(self) -> None:
         slot = 0  # counters live in arrays indexed by slot, shared by the whole lab
         for node in self.spec.switches:
-            self.dp.set_switch(node.switch_id, hash_seed=self.seed_for(node.name))
-            for iface in node.interfaces:
+            self.seeds[node.name] = self.seed_for(node.name)
+            self.hash_fields[node.name] = None
+            self.dp.set_switch(node.switch_id, hash_seed=self.seeds[node.name])
+            for iface, lbn in zip(node.interfaces, self._auto_lbn(node)):
                 slot += 1
+                self.lbn[(node.name, iface.name)] = lbn
                 self.dp.set_port(iface.ifindex, switch_id=node.switch_id, slot=slot,
-                                 mac=iface.mac, speed_bps=iface.speed_bps)
+                                 mac=iface.mac, lbn=lbn)
                 if iface.address:
                     self.dp.add_address(node.switch_id, iface.ifindex, iface.address.split("/")[0])
+        self.apply_port_model()
         for node in self.spec.switches:
             by_name = {i.name: i for i in node.interfaces}
             for route in self.spec.routes.get(node.name, []):
                 gid = self._group(node.name, tuple(route.nexthops), by_name)
+                self.group_prefixes[gid].append(route.prefix)
                 self.dp.add_route(node.switch_id, route.prefix, gid)
+
+    def _auto_lbn(self, node) -> list[int]:
+        """LBN values in interface order: host-facing ports 0..k-1 first, then the others."""
+        roles = {n.name: n.role for n in self.spec.nodes}
+        down = [i for i in node.interfaces if roles.get(i.peer.split(":")[0]) == "host"]
+        order = down + [i for i in node.interfaces if i not in down]
+        value = {i.name: v for v, i in enumerate(order)}
+        return [value[i.name] for i in node.interfaces]
+
+    # ------------------------------------------------------------ port model
+    def apply_port_model(self, **changes) -> dict:
+        for key, value in changes.items():
+            if value is None:
+                continue
+            if key not in self.port_model:
+                raise ValueError(f"unknown port-model setting {key!r}")
+            self.port_model[key] = float(value) if key in ("scale", "window_us") else int(value)
+        pm = self.port_model
+        if not 0 <= pm["scale"] <= 1:
+            raise ValueError("scale must be in [0, 1] (0 = no port model)")
+        for node in self.spec.switches:
+            for iface in node.interfaces:
+                self.dp.set_port_model(iface.ifindex, speed_bps=int(iface.speed_bps * pm["scale"]),
+                                       buffer_bytes=pm["buffer_bytes"],
+                                       ecn_bytes=pm["ecn_bytes"] if pm["ecn_bytes"] >= 0 else None,
+                                       window_us=pm["window_us"])
+        return dict(pm)
+
+    # ------------------------------------------------------------ load balancing
+    def _select(self, switch: str | None, role: str | None) -> list:
+        nodes = [n for n in self.spec.switches
+                 if (switch is None or n.name == switch) and (role is None or n.role == role)]
+        if not nodes:
+            raise ValueError(f"no switch matches switch={switch!r} role={role!r}; switches: "
+                             f"{', '.join(f'{n.name} ({n.role})' for n in self.spec.switches)}")
+        return nodes
+
+    def lb_set(self, switch: str | None = None, role: str | None = None, mode: str | None = None,
+               seed=None, hash_fields=None, flowlet_timeout_us=None, busy_util=None,
+               busy_timeout_us=None, weights=None, bandwidth: bool = False, lbn=None) -> dict:
+        """Change load balancing of every group of the selected switches at run time.
+
+        seed: int, or "auto" (the per-switch default). weights: list (member order) or
+        {interface: weight}; bandwidth: weights = members' nominal link speeds (FGLB
+        bandwidth mode; implies mode wcmp unless a mode is given). lbn: "auto" or
+        {interface: value} for this switch's ingress ports."""
+        nodes = self._select(switch, role)
+        if bandwidth and weights is not None:
+            raise ValueError("give weights or bandwidth, not both")
+        if bandwidth and mode is None:
+            mode = "wcmp"
+        changed = []
+        for node in nodes:
+            by_name = {i.name: i for i in node.interfaces}
+            if seed is not None or hash_fields is not None:
+                if seed is not None:
+                    self.seeds[node.name] = self.seed_for(node.name) if seed == "auto" else int(seed)
+                if hash_fields is not None:
+                    self.hash_fields[node.name] = list(hash_fields) or None
+                self.dp.set_switch(node.switch_id, hash_seed=self.seeds[node.name],
+                                   hash_fields=self.hash_fields[node.name])
+            if lbn is not None:
+                values = dict(zip([i.name for i in node.interfaces], self._auto_lbn(node))) \
+                    if lbn == "auto" else {k: int(v) for k, v in lbn.items()}
+                for name, value in values.items():
+                    iface = by_name.get(name)
+                    if iface is None:
+                        if switch is None:
+                            continue
+                        raise ValueError(f"{node.name} has no interface {name!r}")
+                    port = self.dp._port(iface.ifindex)
+                    self.dp.set_port(iface.ifindex, switch_id=node.switch_id, slot=port.slot,
+                                     mac=iface.mac, lbn=value, speed_bps=port.speed_bps)
+                    self.lbn[(node.name, name)] = value
+            for (owner, members), gid in self.groups.items():
+                if owner != node.name:
+                    continue
+                w = None
+                if bandwidth:
+                    w = [by_name[m].speed_bps for m in members]
+                elif isinstance(weights, dict):
+                    w = [float(weights.get(m, 1)) for m in members]
+                elif weights is not None:
+                    if len(weights) != len(members):
+                        continue   # a weight list applies to groups of that many members
+                    w = [float(x) for x in weights]
+                self.dp.set_group_lb(gid, mode=mode, flowlet_timeout_us=flowlet_timeout_us,
+                                     busy_util=busy_util, busy_timeout_us=busy_timeout_us,
+                                     weights=w)
+                changed.append(gid)
+        return {"switches": [n.name for n in nodes], "groups": changed}
+
+    def lb_show(self) -> dict:
+        out = {"port_model": dict(self.port_model), "switches": {}}
+        for node in self.spec.switches:
+            groups = {}
+            for (owner, members), gid in self.groups.items():
+                if owner != node.name:
+                    continue
+                info = self.dp.group_info(gid)
+                info["members"] = list(members)
+                info["prefixes"] = self.group_prefixes.get(gid, [])
+                groups[str(gid)] = info
+            ports = {}
+            for i in node.interfaces:
+                model = self.dp.port_model(i.ifindex) or {}
+                ports[i.name] = {"lbn": self.lbn.get((node.name, i.name), 0),
+                                 "nominal_speed_bps": i.speed_bps,
+                                 "speed_bps": model.get("speed_bps", 0), "peer": i.peer}
+            out["switches"][node.name] = {
+                "role": node.role, "switch_id": node.switch_id,
+                "hash_seed": self.seeds.get(node.name), "hash_fields": self.hash_fields.get(node.name),
+                "groups": groups, "ports": ports}
+        return out
+
+    # ------------------------------------------------------------ traffic matrix
+    def _tm_args(self, switch: str, flow: dict) -> tuple:
+        node = self._select(switch, None)[0]
+        five = {k: flow[k] for k in ("src", "dst")}
+        five.update(sport=int(flow.get("sport", 0)), dport=int(flow.get("dport", 0)),
+                    proto=flow.get("proto", "udp"))
+        return node, five
+
+    def tm_add(self, switch: str, egress: str, **flow) -> dict:
+        node, five = self._tm_args(switch, flow)
+        iface = node.interface(egress)
+        self.dp.tm_add(node.switch_id, **five, egress_ifindex=iface.ifindex, dmac=iface.peer_mac)
+        return {"switch": node.name, **five, "egress": egress}
+
+    def tm_del(self, switch: str, **flow) -> dict:
+        node, five = self._tm_args(switch, flow)
+        return {"deleted": self.dp.tm_del(node.switch_id, **five)}
+
+    def tm_list(self, switch: str | None = None) -> list[dict]:
+        out = []
+        for node in self._select(switch, None):
+            names = {i.ifindex: i.name for i in node.interfaces}
+            for e in self.dp.tm_list(node.switch_id):
+                e = dict(e)
+                e.pop("switch_id")
+                e["egress"] = names.get(e.pop("egress_ifindex"))
+                out.append({"switch": node.name, **e})
+        return out
 
     def _group(self, switch: str, nexthops: tuple[str, ...], by_name) -> int:
         key = (switch, nexthops)
@@ -61,6 +225,7 @@ class SwitchProgrammer:
             gid = len(self.groups) + 1
             self.groups[key] = gid
             self.group_members[gid] = list(nexthops)
+            self.group_prefixes[gid] = []
             self.dp.set_group(gid, [(by_name[n].ifindex, by_name[n].peer_mac) for n in nexthops])
         return gid
 
@@ -74,13 +239,22 @@ class SwitchProgrammer:
         for node in self.spec.switches:
             if switch and node.name != switch:
                 continue
-            ports = {i.name: self.dp.port_counters(i.ifindex) for i in node.interfaces}
+            ports = {}
+            for i in node.interfaces:
+                c = self.dp.port_counters(i.ifindex)
+                c.update(self.dp.port_queue_state(i.ifindex))
+                model = self.dp.port_model(i.ifindex) or {}
+                c["speed_bps"] = model.get("speed_bps", 0)       # emulated (scaled)
+                c["nominal_speed_bps"] = i.speed_bps
+                ports[i.name] = c
             groups = {}
             for (owner, members), gid in self.groups.items():
                 if owner != node.name:
                     continue
                 per_member = self.dp.member_counters(gid)
                 groups[str(gid)] = {
+                    "mode": self.dp.group_info(gid)["mode"],
+                    "prefixes": self.group_prefixes.get(gid, []),
                     "members": [dict(interface=m, **c) for m, c in zip(members, per_member)],
                 }
             result["switches"][node.name] = {"ports": ports, "groups": groups}
@@ -114,6 +288,19 @@ class ControlServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
                         "groups": len(self.programmer.groups)}
             if op == "counters":
                 return self.programmer.counters(request.get("switch"))
+            fields = {k: v for k, v in request.items() if k != "op"}
+            if op == "lb_set":
+                return self.programmer.lb_set(**fields)
+            if op == "lb_show":
+                return self.programmer.lb_show()
+            if op == "port_model":
+                return self.programmer.apply_port_model(**fields)
+            if op == "tm_add":
+                return self.programmer.tm_add(**fields)
+            if op == "tm_del":
+                return self.programmer.tm_del(**fields)
+            if op == "tm_list":
+                return self.programmer.tm_list(fields.get("switch"))
         raise ValueError(f"unknown op {op!r}")
 
 

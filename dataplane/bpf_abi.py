@@ -25,6 +25,8 @@ MAX_GROUPS = 1024
 MAX_MEMBERS = 64
 MAX_ROUTES = 65536
 MAX_ADDRS = 16384
+MAX_FLOWLETS = 65536
+MAX_TM = 16384
 
 # ---- protocol numbers ----
 RL_ETH_P_IP = 0x0800
@@ -43,6 +45,7 @@ DROP_NO_MEMBER = 5
 DROP_PORT_DOWN = 6
 DROP_UNKNOWN_PORT = 7
 DROP_NOT_UNICAST = 8
+DROP_QUEUE_FULL = 9
 DROP_REASON_MAX = 16
 
 DROP_REASONS: dict[int, str] = {
@@ -54,18 +57,45 @@ DROP_REASONS: dict[int, str] = {
     DROP_PORT_DOWN: "port_down",
     DROP_UNKNOWN_PORT: "unknown_port",
     DROP_NOT_UNICAST: "not_unicast",
+    DROP_QUEUE_FULL: "queue_full",
 }
 
 # ---- group modes ----
 LB_MODE_ECMP = 0
 LB_MODE_LBN = 1
 LB_MODE_SPRAY_RANDOM = 2
-LB_MODE_MAX = 3
+LB_MODE_SPRAY_RR = 3
+LB_MODE_FLOWLET = 4
+LB_MODE_SPRAYLINK = 5
+LB_MODE_WCMP = 6
+LB_MODE_MAX = 7
+# canonical names use '-' (CLI); '_' spellings are accepted by lb_mode()
 LB_MODES: dict[str, int] = {
     "ecmp": LB_MODE_ECMP,
     "lbn": LB_MODE_LBN,
-    "spray_random": LB_MODE_SPRAY_RANDOM,
+    "spray-random": LB_MODE_SPRAY_RANDOM,
+    "spray-rr": LB_MODE_SPRAY_RR,
+    "flowlet": LB_MODE_FLOWLET,
+    "spraylink": LB_MODE_SPRAYLINK,
+    "wcmp": LB_MODE_WCMP,
 }
+LB_MODE_NAMES: dict[int, str] = {v: k for k, v in LB_MODES.items()}
+
+WCMP_SLOTS = 64
+LB_SCAN_MAX = 4
+UTIL_ONE = 1024
+
+
+def lb_mode(mode: str | int) -> int:
+    """Mode name ('spray-rr' or 'spray_rr') or LB_MODE_* value -> LB_MODE_* value."""
+    if isinstance(mode, int):
+        if not 0 <= mode < LB_MODE_MAX:
+            raise ValueError(f"unknown group mode {mode}")
+        return mode
+    value = LB_MODES.get(str(mode).replace("_", "-"))
+    if value is None:
+        raise ValueError(f"unknown group mode {mode!r}; known: {', '.join(LB_MODES)}")
+    return value
 
 # ---- hash field flags ----
 HASH_F_SRC_IP = 1 << 0
@@ -90,6 +120,7 @@ HASH_FIELDS: dict[str, int] = {
 PORT_F_DOWN = 1 << 0
 PORT_F_PROXY_ARP = 1 << 1
 PORT_F_ARP_XDP_TX = 1 << 2
+SW_F_TM = 1 << 0
 
 RL_XDP_ACTION_MAX = 5
 XDP_ACTIONS: dict[int, str] = {0: "aborted", 1: "drop", 2: "pass", 3: "tx", 4: "redirect"}
@@ -140,7 +171,13 @@ class Group(ct.Structure):
         ("n_members", ct.c_uint16),
         ("hash_fields", ct.c_uint32),
         ("flags", ct.c_uint32),
-        ("_pad", ct.c_uint32),
+        ("flowlet_ns", ct.c_uint32),
+        ("busy_ns", ct.c_uint32),
+        ("busy_util", ct.c_uint16),
+        ("n_wslots", ct.c_uint16),
+        ("wslots", ct.c_uint8 * WCMP_SLOTS),
+        ("eslots", ct.c_uint16 * WCMP_SLOTS),
+        ("rr", ct.c_uint64),
     ]
 
 
@@ -178,13 +215,67 @@ class PortStats(ct.Structure):
         ("rx_bytes", ct.c_uint64),
         ("tx_packets", ct.c_uint64),
         ("tx_bytes", ct.c_uint64),
+        ("ecn_marked", ct.c_uint64),
         ("drops", ct.c_uint64 * DROP_REASON_MAX),
+    ]
+
+
+class PortQueue(ct.Structure):
+    """value of `port_queue` (shared array, key: port slot); `lock` is struct bpf_spin_lock"""
+    _fields_ = [
+        ("lock", ct.c_uint32),
+        ("ps_per_byte", ct.c_uint32),
+        ("buf_ns", ct.c_uint64),
+        ("ecn_ns", ct.c_uint64),
+        ("win_ns", ct.c_uint32),
+        ("util", ct.c_uint32),
+        ("t_free", ct.c_uint64),
+        ("win_start", ct.c_uint64),
+        ("win_busy_ns", ct.c_uint64),
+    ]
+
+
+class FlowletKey(ct.Structure):
+    _fields_ = [
+        ("group_id", ct.c_uint32),
+        ("hash", ct.c_uint32),
+    ]
+
+
+class Flowlet(ct.Structure):
+    _fields_ = [
+        ("last_ns", ct.c_uint64),
+        ("member", ct.c_uint32),
+        ("flowlets", ct.c_uint32),
+    ]
+
+
+class TmKey(ct.Structure):
+    """key of `tm`: switch_id host order, addresses network order, ports host order"""
+    _fields_ = [
+        ("switch_id", ct.c_uint32),
+        ("saddr", ct.c_uint32),
+        ("daddr", ct.c_uint32),
+        ("sport", ct.c_uint16),
+        ("dport", ct.c_uint16),
+        ("proto", ct.c_uint8),
+        ("_pad", ct.c_uint8 * 3),
     ]
 
 
 class PktCount(ct.Structure):
     """value of `member_stats` and `verdict_stats` (PERCPU)"""
     _fields_ = [
+        ("packets", ct.c_uint64),
+        ("bytes", ct.c_uint64),
+    ]
+
+
+class TmEntry(ct.Structure):
+    """value of `tm`"""
+    _fields_ = [
+        ("m", Member),
+        ("_pad", ct.c_uint32),
         ("packets", ct.c_uint64),
         ("bytes", ct.c_uint64),
     ]
@@ -203,6 +294,9 @@ MAPS: dict[str, tuple[type, type]] = {
     "member_stats": (ct.c_uint32, PktCount),
     "verdict_stats": (ct.c_uint32, PktCount),
     "drop_stats": (ct.c_uint32, ct.c_uint64),
+    "port_queue": (ct.c_uint32, PortQueue),
+    "flowlets": (FlowletKey, Flowlet),
+    "tm": (TmKey, TmEntry),
 }
 
 # C #define name -> value mirrored above (checked against railab_consts.h)

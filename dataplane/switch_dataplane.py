@@ -15,9 +15,12 @@ Identifiers the agent chooses (all lab-wide):
 from __future__ import annotations
 
 import ctypes as ct
+import dataclasses
 import errno
 import ipaddress
+import math
 import os
+import socket
 import time
 from pathlib import Path
 
@@ -29,6 +32,9 @@ BPF_DIR = Path(__file__).resolve().parent.parent / "bpf"
 SWITCH_C = BPF_DIR / "switch.c"
 PROG_NAME = "xdp_switch"
 BPFFS_ROOT = "/sys/fs/bpf"
+
+BPF_F_LOCK = 4                # map update: take the value's bpf_spin_lock
+IPPROTO = {"udp": 17, "tcp": 6, "icmp": 1}
 
 XDP_FLAGS_UPDATE_IF_NOEXIST = 1 << 0
 XDP_FLAGS_SKB_MODE = 1 << 1
@@ -75,12 +81,60 @@ def _hash_fields(value) -> int:
     return flags
 
 
+def wcmp_slots(weights: list[float], size: int = abi.WCMP_SLOTS) -> list[int]:
+    """Expand member weights into a slot table (member index per slot) of at most `size`.
+
+    Integer weights summing to <= size are exact (1:3 -> 16 + 48 of 64 slots); otherwise
+    largest-remainder rounding onto `size` slots. Weight 0 members get no slot."""
+    if not weights or any(w < 0 for w in weights) or sum(weights) <= 0:
+        raise ValueError(f"weights must be >= 0 with a positive sum: {weights}")
+    total = sum(weights)
+    if all(float(w).is_integer() for w in weights) and total <= size:
+        per = size // int(total)
+        counts = [int(w) * per for w in weights]
+    else:
+        exact = [w * size / total for w in weights]
+        counts = [math.floor(x) for x in exact]
+        order = sorted(range(len(weights)), key=lambda i: exact[i] - counts[i], reverse=True)
+        for i in order[: size - sum(counts)]:
+            counts[i] += 1
+    return [i for i, c in enumerate(counts) for _ in range(c)]
+
+
+@dataclasses.dataclass
+class GroupState:
+    """What the API knows of a group (the map holds the data-path form)."""
+    members: list[tuple[int, bytes]]
+    mode: int = abi.LB_MODE_ECMP
+    hash_fields: int = 0
+    flowlet_timeout_us: float = 100.0
+    busy_util: float = 0.0            # 0..1; 0 = no busy/idle adaptation
+    busy_timeout_us: float = 25.0
+    weights: list[float] | None = None   # WCMP; None = equal
+
+    def header(self) -> abi.Group:
+        g = abi.Group(mode=self.mode, n_members=len(self.members), hash_fields=self.hash_fields,
+                      flowlet_ns=min(int(self.flowlet_timeout_us * 1000), 2**32 - 1),
+                      busy_ns=min(int(self.busy_timeout_us * 1000), 2**32 - 1),
+                      busy_util=min(int(round(self.busy_util * abi.UTIL_ONE)), 0xFFFF))
+        if self.weights is not None and self.members:
+            slots = wcmp_slots(self.weights)
+            g.n_wslots = len(slots)
+            g.wslots[: len(slots)] = slots
+        return g
+
+
+def hash_field_names(flags: int) -> list[str]:
+    return [name for name, bit in abi.HASH_FIELDS.items() if flags & bit]
+
+
 class SwitchDataplane:
     """One loaded XDP program and its maps, shared by all switches of one lab."""
 
     def __init__(self, *, max_ports: int = abi.MAX_PORTS, max_switches: int = abi.MAX_SWITCHES,
                  max_groups: int = abi.MAX_GROUPS, max_members: int = abi.MAX_MEMBERS,
                  max_routes: int = abi.MAX_ROUTES, max_addrs: int = abi.MAX_ADDRS,
+                 max_flowlets: int = abi.MAX_FLOWLETS, max_tm: int = abi.MAX_TM,
                  debug: bool = False):
         from bcc import BPF
 
@@ -104,6 +158,8 @@ class SwitchDataplane:
             f"-DMAX_MEMBERS={max_members}",
             f"-DMAX_ROUTES={max_routes}",
             f"-DMAX_ADDRS={max_addrs}",
+            f"-DMAX_FLOWLETS={max_flowlets}",
+            f"-DMAX_TM={max_tm}",
         ]
         if debug:
             self.cflags.append("-DRAILAB_DEBUG=1")   # bpf_trace_printk on every drop
@@ -119,14 +175,17 @@ class SwitchDataplane:
         # shadow state (the maps are the truth for the data path; this is for the API)
         self._ports: dict[int, abi.PortInfo] = {}
         self._slot_owner: dict[int, int] = {}
-        self._groups: dict[int, tuple[list[tuple[int, bytes]], int, int]] = {}
+        self._groups: dict[int, GroupState] = {}
+        self._switches: dict[int, abi.SwitchCfg] = {}
+        self._tm: dict[tuple, dict] = {}           # (switch_id, 5-tuple) -> entry info
+        self._port_model: dict[int, dict] = {}     # ifindex -> model config
         self._local_refs: dict[tuple[int, int], set[int]] = {}
         self._routes: dict[tuple[int, ipaddress.IPv4Network], int] = {}
         self._closed = False
 
     # ------------------------------------------------------------------ map I/O
-    def _update(self, name: str, key, value) -> None:
-        ret = _lib().bpf_update_elem(self._fds[name], ct.byref(key), ct.byref(value), 0)
+    def _update(self, name: str, key, value, flags: int = 0) -> None:
+        ret = _lib().bpf_update_elem(self._fds[name], ct.byref(key), ct.byref(value), flags)
         if ret != 0:
             err = -ret if ret < 0 and ret != -1 else ct.get_errno()
             if err == errno.E2BIG or err == errno.ENOSPC:
@@ -197,8 +256,16 @@ class SwitchDataplane:
     def set_switch(self, switch_id: int, *, hash_seed: int, hash_fields=None) -> None:
         """Per-switch ECMP seed and default hash fields (names or HASH_F_* flags; None = 5-tuple)."""
         self._check_switch(switch_id)
-        cfg = abi.SwitchCfg(hash_seed=hash_seed & 0xFFFFFFFF, hash_fields=_hash_fields(hash_fields))
+        old = self._switches.get(switch_id)
+        cfg = abi.SwitchCfg(hash_seed=hash_seed & 0xFFFFFFFF, hash_fields=_hash_fields(hash_fields),
+                            flags=old.flags if old else 0)
         self._update("switches", ct.c_uint32(switch_id), cfg)
+        self._switches[switch_id] = cfg
+
+    def switch_config(self, switch_id: int) -> dict:
+        cfg = self._switches.get(switch_id) or abi.SwitchCfg()
+        return {"hash_seed": cfg.hash_seed, "hash_fields": hash_field_names(cfg.hash_fields),
+                "traffic_matrix": bool(cfg.flags & abi.SW_F_TM)}
 
     def set_port(self, ifindex: int, *, switch_id: int, slot: int, mac: bytes | str,
                  speed_bps: int = 0, lbn: int = 0, proxy_arp: bool = False,
@@ -233,9 +300,9 @@ class SwitchDataplane:
         self._slot_owner[slot] = ifindex
         self._ports[ifindex] = info
         # members egressing here carry this port's MAC and slot
-        for gid, (members, mode, fields) in list(self._groups.items()):
-            if any(ifx == ifindex for ifx, _ in members):
-                self._write_group(gid, members, mode, fields)
+        for gid, g in list(self._groups.items()):
+            if any(ifx == ifindex for ifx, _ in g.members):
+                self._write_group(gid, g)
 
     def set_port_state(self, ifindex: int, up: bool) -> None:
         """Administratively up/down; a down port drops what it receives (reason port_down)."""
@@ -277,31 +344,97 @@ class SwitchDataplane:
 
     # ------------------------------------------------------------------ groups / routes
     def set_group(self, group_id: int, members: list[tuple[int, str]], *, mode: str | int = "ecmp",
-                  hash_fields=None) -> None:
+                  hash_fields=None, flowlet_timeout_us: float | None = None,
+                  busy_util: float | None = None, busy_timeout_us: float | None = None,
+                  weights: list[float] | None = None) -> None:
         """Next-hop group: members are (egress ifindex, next-hop MAC); the src MAC and
-        counter slot come from the egress port (set_port first). mode: 'ecmp' (default),
-        'lbn', 'spray_random'. hash_fields: names/flags, None = the switch's default."""
+        counter slot come from the egress port (set_port first). mode: a name of
+        bpf_abi.LB_MODES ('ecmp' default, 'lbn', 'spray-random', 'spray-rr', 'flowlet',
+        'spraylink', 'wcmp'). hash_fields: names/flags, None = the switch's default.
+        Flowlet parameters and WCMP weights as in set_group_lb()."""
         self._check_group(group_id)
         if len(members) > self.max_members:
             raise DataplaneError(f"group {group_id}: {len(members)} members > max_members {self.max_members}")
-        mode_v = abi.LB_MODES.get(mode) if isinstance(mode, str) else mode
-        if mode_v is None:
-            raise ValueError(f"unknown group mode {mode!r}; known: {sorted(abi.LB_MODES)}")
+        mode_v = abi.lb_mode(mode)
         norm = []
         for ifindex, mac in members:
             if ifindex not in self._ports:
                 raise DataplaneError(f"group {group_id}: egress ifindex {ifindex} is not a port (set_port first)")
             norm.append((int(ifindex), abi.mac_bytes(mac)))
-        self._write_group(group_id, norm, mode_v, _hash_fields(hash_fields))
+        g = GroupState(members=norm, mode=mode_v, hash_fields=_hash_fields(hash_fields))
+        self._apply_lb(g, flowlet_timeout_us=flowlet_timeout_us, busy_util=busy_util,
+                       busy_timeout_us=busy_timeout_us, weights=weights)
+        self._write_group(group_id, g)
 
-    def _write_group(self, gid: int, members: list[tuple[int, bytes]], mode: int, fields: int) -> None:
+    def set_group_lb(self, group_id: int, *, mode: str | int | None = None, hash_fields=None,
+                     flowlet_timeout_us: float | None = None, busy_util: float | None = None,
+                     busy_timeout_us: float | None = None, weights: list[float] | None = None,
+                     clear_weights: bool = False) -> None:
+        """Change a group's load balancing at run time (one map write; the program is not
+        reloaded). Only given arguments change. flowlet_timeout_us: idle gap that ends a
+        flowlet; busy_util (0..1) / busy_timeout_us: while the flow's member is busier than
+        busy_util, use the shorter busy timeout (re-decide more often under load).
+        weights: per member (WCMP; also the 'bandwidth' weights), clear_weights: equal."""
+        g = self._group(group_id)
+        if mode is not None:
+            g.mode = abi.lb_mode(mode)
+        if hash_fields is not None:
+            g.hash_fields = _hash_fields(hash_fields)
+        if clear_weights:
+            g.weights = None
+        self._apply_lb(g, flowlet_timeout_us=flowlet_timeout_us, busy_util=busy_util,
+                       busy_timeout_us=busy_timeout_us, weights=weights)
+        self._write_header(group_id, g)
+
+    def _apply_lb(self, g: GroupState, *, flowlet_timeout_us, busy_util, busy_timeout_us, weights) -> None:
+        if flowlet_timeout_us is not None:
+            if not 0 < flowlet_timeout_us < 4e6:
+                raise ValueError("flowlet timeout must be in (0, 4e6) us")
+            g.flowlet_timeout_us = float(flowlet_timeout_us)
+        if busy_timeout_us is not None:
+            if not 0 < busy_timeout_us < 4e6:
+                raise ValueError("busy timeout must be in (0, 4e6) us")
+            g.busy_timeout_us = float(busy_timeout_us)
+        if busy_util is not None:
+            if not 0 <= busy_util <= 1:
+                raise ValueError("busy_util is a fraction 0..1")
+            g.busy_util = float(busy_util)
+        if weights is not None:
+            weights = [float(w) for w in weights]
+            if len(weights) != len(g.members):
+                raise ValueError(f"{len(weights)} weights for {len(g.members)} members")
+            wcmp_slots(weights)   # validates
+            g.weights = weights
+
+    def group_info(self, group_id: int) -> dict:
+        g = self._group(group_id)
+        return {"mode": abi.LB_MODE_NAMES.get(g.mode, str(g.mode)),
+                "members": [ifx for ifx, _ in g.members],
+                "hash_fields": hash_field_names(g.hash_fields),
+                "flowlet_timeout_us": g.flowlet_timeout_us, "busy_util": g.busy_util,
+                "busy_timeout_us": g.busy_timeout_us, "weights": g.weights}
+
+    def _group(self, group_id: int) -> GroupState:
+        self._check_group(group_id)
+        try:
+            return self._groups[group_id]
+        except KeyError:
+            raise DataplaneError(f"group {group_id} does not exist") from None
+
+    def _write_header(self, gid: int, g: GroupState) -> None:
+        hdr = g.header()
+        for i, (ifindex, _) in enumerate(g.members[: abi.WCMP_SLOTS]):
+            hdr.eslots[i] = self._ports[ifindex].slot
+        self._update("groups", ct.c_uint32(gid), hdr)
+
+    def _write_group(self, gid: int, g: GroupState) -> None:
+        members = g.members
         old = self._groups.get(gid)
-        old_n = len(old[0]) if old else 0
-        hdr = abi.Group(mode=mode, n_members=len(members), hash_fields=fields)
+        old_n = len(old.members) if old else 0
         base = gid * self.max_members
         shrink = len(members) < old_n
         if shrink:   # stop using the tail before clearing it
-            self._update("groups", ct.c_uint32(gid), hdr)
+            self._write_header(gid, g)
         for i, (ifindex, dmac) in enumerate(members):
             port = self._ports[ifindex]
             m = abi.Member(ifindex=ifindex, egress_slot=port.slot)
@@ -310,16 +443,16 @@ class SwitchDataplane:
             self._update("members", ct.c_uint32(base + i), m)
         for i in range(len(members), max(old_n, len(members))):
             self._update("members", ct.c_uint32(base + i), abi.Member())
-        if old is None or [ifx for ifx, _ in old[0]] != [ifx for ifx, _ in members]:
+        if old is None or [ifx for ifx, _ in old.members] != [ifx for ifx, _ in members]:
             for i in range(max(old_n, len(members))):
                 self._zero_percpu("member_stats", base + i, abi.PktCount)
         if not shrink:
-            self._update("groups", ct.c_uint32(gid), hdr)
-        self._groups[gid] = (members, mode, fields)
+            self._write_header(gid, g)
+        self._groups[gid] = g
 
     def del_group(self, group_id: int) -> None:
         if group_id in self._groups:
-            self._write_group(group_id, [], 0, 0)
+            self._write_group(group_id, GroupState(members=[]))
             del self._groups[group_id]
 
     def add_route(self, switch_id: int, prefix: str, group_id: int) -> None:
@@ -351,20 +484,125 @@ class SwitchDataplane:
         return abi.RouteKey(prefixlen=32 + net.prefixlen, switch_id_be=abi.u32_be(switch_id),
                             dst=abi.ip_be(net.network_address))
 
+    # ------------------------------------------------------------------ port model
+    def set_port_model(self, ifindex: int, *, speed_bps: int, buffer_bytes: int = 32768,
+                       ecn_bytes: int | None = 8192, window_us: float = 1000.0) -> None:
+        """Emulate an egress port: speed_bps (already scaled), a tail-drop buffer of
+        buffer_bytes, CE marking of ECT frames while the backlog exceeds ecn_bytes (None =
+        never), utilisation averaged over window_us windows. speed_bps 0 = no model
+        (unlimited, no queue). The queue is virtual: frames are not delayed."""
+        port = self._port(ifindex)
+        if speed_bps < 0 or buffer_bytes <= 0 or window_us <= 0:
+            raise ValueError("speed_bps >= 0, buffer_bytes > 0, window_us > 0")
+        ps_per_byte = round(8e12 / speed_bps) if speed_bps else 0
+        if ps_per_byte >= 2**32:
+            raise ValueError(f"speed {speed_bps} b/s is too slow to emulate (< 2 kb/s)")
+        key = ct.c_uint32(port.slot)
+        q = abi.PortQueue()          # (re)configuring starts from an empty, idle queue
+        q.ps_per_byte = ps_per_byte
+        q.buf_ns = buffer_bytes * ps_per_byte // 1000
+        q.ecn_ns = (2**64 - 1) if ecn_bytes is None else ecn_bytes * ps_per_byte // 1000
+        q.win_ns = min(int(window_us * 1000), 2**32 - 1)
+        self._update("port_queue", key, q, flags=BPF_F_LOCK)
+        port.speed_bps = speed_bps
+        self._update("ports", ct.c_uint32(ifindex), port)
+        self._port_model[ifindex] = {"speed_bps": speed_bps, "buffer_bytes": buffer_bytes,
+                                     "ecn_bytes": ecn_bytes, "window_us": window_us}
+
+    def port_model(self, ifindex: int) -> dict | None:
+        return self._port_model.get(ifindex)
+
+    def port_queue_state(self, ifindex: int) -> dict:
+        """queue_bytes (virtual backlog now), utilization (0..1, EWMA; 0 when stale)."""
+        port = self._port(ifindex)
+        q = abi.PortQueue()
+        if not self._lookup("port_queue", ct.c_uint32(port.slot), q) or not q.ps_per_byte:
+            return {"queue_bytes": 0, "utilization": 0.0}
+        now = time.monotonic_ns()          # bpf_ktime_get_ns() is CLOCK_MONOTONIC
+        backlog_ns = max(q.t_free - now, 0)
+        stale = now - q.win_start > 4 * q.win_ns
+        return {"queue_bytes": backlog_ns * 1000 // q.ps_per_byte,
+                "utilization": 0.0 if stale else q.util / abi.UTIL_ONE}
+
+    # ------------------------------------------------------------------ traffic matrix
+    @staticmethod
+    def _tm_key(switch_id: int, src: str, dst: str, sport: int, dport: int, proto) -> abi.TmKey:
+        p = IPPROTO.get(proto, proto) if isinstance(proto, str) else proto
+        if not isinstance(p, int) or not 0 <= p < 256:
+            raise ValueError(f"bad protocol {proto!r}")
+        return abi.TmKey(switch_id=switch_id, saddr=abi.ip_be(_ip4(src)), daddr=abi.ip_be(_ip4(dst)),
+                         sport=sport, dport=dport, proto=p)
+
+    def tm_add(self, switch_id: int, *, src: str, dst: str, sport: int, dport: int, proto="udp",
+               egress_ifindex: int, dmac: str) -> None:
+        """Static traffic-matrix entry: this 5-tuple on this switch leaves by egress_ifindex
+        (next-hop dmac), whatever the route's group and mode say. sport/dport 0 match
+        packets without ports (ICMP, fragments)."""
+        self._check_switch(switch_id)
+        port = self._port(egress_ifindex)
+        if port.switch_id != switch_id:
+            raise DataplaneError(f"ifindex {egress_ifindex} is not a port of switch {switch_id}")
+        key = self._tm_key(switch_id, src, dst, sport, dport, proto)
+        e = abi.TmEntry()
+        e.m.ifindex = egress_ifindex
+        e.m.egress_slot = port.slot
+        e.m.dmac[:] = list(abi.mac_bytes(dmac))
+        e.m.smac[:] = list(port.mac)
+        self._update("tm", key, e)
+        ident = (switch_id, src, dst, int(sport), int(dport), key.proto)
+        self._tm[ident] = {"switch_id": switch_id, "src": src, "dst": dst, "sport": int(sport),
+                           "dport": int(dport), "proto": key.proto, "egress_ifindex": egress_ifindex}
+        self._set_switch_flag(switch_id, abi.SW_F_TM, True)
+
+    def tm_del(self, switch_id: int, *, src: str, dst: str, sport: int, dport: int, proto="udp") -> bool:
+        key = self._tm_key(switch_id, src, dst, sport, dport, proto)
+        found = self._delete("tm", key)
+        self._tm.pop((switch_id, src, dst, int(sport), int(dport), key.proto), None)
+        if not any(k[0] == switch_id for k in self._tm):
+            self._set_switch_flag(switch_id, abi.SW_F_TM, False)
+        return found
+
+    def tm_list(self, switch_id: int | None = None) -> list[dict]:
+        """Entries with their match counters (packets, bytes)."""
+        out = []
+        for (sw, src, dst, sport, dport, proto), info in self._tm.items():
+            if switch_id is not None and sw != switch_id:
+                continue
+            e = abi.TmEntry()
+            self._lookup("tm", self._tm_key(sw, src, dst, sport, dport, proto), e)
+            out.append({**info, "packets": e.packets, "bytes": e.bytes})
+        return out
+
+    def _set_switch_flag(self, switch_id: int, flag: int, on: bool) -> None:
+        cfg = self._switches.get(switch_id) or abi.SwitchCfg()
+        cfg.flags = (cfg.flags | flag) if on else (cfg.flags & ~flag)
+        self._update("switches", ct.c_uint32(switch_id), cfg)
+        self._switches[switch_id] = cfg
+
+    def flowlet_stats(self, group_id: int) -> dict:
+        """Flows of a group in the flowlet table and how many flowlets they had in all."""
+        flows = flowlets = 0
+        for k, v in self._bpf[b"flowlets"].items():
+            if k.group_id == group_id:
+                flows += 1
+                flowlets += v.flowlets
+        return {"flows": flows, "flowlets": flowlets}
+
     # ------------------------------------------------------------------ counters
     def port_counters(self, ifindex: int) -> dict:
         """rx_packets, rx_bytes, tx_packets, tx_bytes, drops: {reason: n} (summed over CPUs)."""
         port = self._port(ifindex)
         per_cpu = self._percpu("port_stats", port.slot, abi.PortStats)
         out = {f: sum(getattr(s, f) for s in per_cpu)
-               for f in ("rx_packets", "rx_bytes", "tx_packets", "tx_bytes")}
+               for f in ("rx_packets", "rx_bytes", "tx_packets", "tx_bytes", "ecn_marked")}
         out["drops"] = {name: sum(s.drops[r] for s in per_cpu) for r, name in abi.DROP_REASONS.items()}
         return out
 
     def member_counters(self, group_id: int) -> list[dict]:
         """Per current member: ifindex, packets, bytes."""
         self._check_group(group_id)
-        members = self._groups.get(group_id, ([], 0, 0))[0]
+        g = self._groups.get(group_id)
+        members = g.members if g else []
         out = []
         for i, (ifindex, _) in enumerate(members):
             per_cpu = self._percpu("member_stats", group_id * self.max_members + i, abi.PktCount)

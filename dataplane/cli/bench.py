@@ -14,6 +14,12 @@ def register(sub) -> None:
     d = which.add_parser("deploy", help="deploy/destroy time and peak memory, small and large lab")
     d.add_argument("--repeat", type=int, default=1)
     d.set_defaults(func=run_deploy)
+    dp = which.add_parser("dataplane", help="per-packet cost of each load-balancing mode "
+                                            "(BPF_PROG_TEST_RUN), next to a bare redirect")
+    dp.add_argument("--runs", type=int, default=40, help="PROG_TEST_RUN calls per row (median)")
+    dp.add_argument("--repeat", type=int, default=200, help="program runs per call (< 254: TTL)")
+    dp.add_argument("--json", action="store_true")
+    dp.set_defaults(func=run_dataplane)
 
 
 def _mem_used_kib() -> int:
@@ -76,5 +82,109 @@ def run_deploy(args) -> int:
             table.add_row(label, str(len(spec.nodes)), str(sum(len(n.interfaces) for n in spec.nodes) // 2),
                           f"{deploy_s:.2f}", f"{destroy_s:.2f}", f"{agent_kib / 1024:.0f}",
                           f"{self_kib / 1024:.0f}", f"{(after - before) / 1024:.0f}")
+    Console().print(table)
+    return 0
+
+
+# ---------------------------------------------------------------- bench dataplane
+BARE_REDIRECT = r"""
+#include <uapi/linux/bpf.h>
+int xdp_bare(struct xdp_md *ctx) { return bpf_redirect(IFX, 0); }
+"""
+
+
+def run_dataplane(args) -> int:
+    """Median ns/packet of xdp_switch per mode (PROG_TEST_RUN, repeat on one buffer).
+
+    The frame starts at TTL 255 and repeat stays < 254, so every run forwards (repeat
+    re-runs the program on the frame the previous run rewrote). Rows: each mode with the
+    egress port model off and on (on: a port so fast its queue never fills, so the row
+    measures the model's bookkeeping, not drops)."""
+    import json
+    import os
+    import statistics
+    import subprocess
+
+    from bcc import BPF
+    from scapy.contrib.roce import BTH
+    from scapy.layers.inet import IP, UDP
+    from scapy.layers.l2 import Ether
+    from scapy.packet import Raw
+
+    from dataplane import progtest
+    from dataplane.netns_util import in_netns
+    from dataplane.runtime import lifecycle
+    from dataplane.switch_dataplane import SwitchDataplane
+
+    lifecycle.require_root()
+    if not 1 <= args.repeat < 254:
+        raise SystemExit("--repeat must be 1..253 (the frame's TTL starts at 255)")
+    ns = f"railab-bench-{os.getpid()}"
+    ports = [301, 302, 303, 304, 305]
+    subprocess.run(["ip", "netns", "add", ns], check=True)
+    dp = None
+    try:
+        for ifx in ports:
+            subprocess.run(["ip", "-n", ns, "link", "add", "name", f"p{ifx}", "index", str(ifx), "type",
+                            "veth", "peer", "name", f"q{ifx}"], check=True)
+        dp = SwitchDataplane(max_ports=64, max_routes=256)
+        dp.set_switch(1, hash_seed=1)
+        for slot, ifx in enumerate(ports, start=1):
+            dp.set_port(ifx, switch_id=1, slot=slot, mac=f"02:00:00:00:01:{slot:02x}")
+        members = [(ifx, f"02:00:00:00:02:{ifx - 300:02x}") for ifx in ports[1:]]
+        modes = ["ecmp", "lbn", "spray-rr", "spray-random", "flowlet", "spraylink", "wcmp"]
+        for gid, mode in enumerate(modes, start=1):
+            dp.set_group(gid, members, mode=mode, weights=[1, 3, 1, 3] if mode == "wcmp" else None,
+                         flowlet_timeout_us=1e6)
+            dp.add_route(1, f"10.{gid}.0.0/16", gid)
+        dp.tm_add(1, src="10.9.0.2", dst="10.99.0.1", sport=1000, dport=2000, proto="udp",
+                  egress_ifindex=ports[1], dmac=members[0][1])
+
+        def frame(dst, roce=False):
+            eth = Ether(src="02:00:00:00:aa:01", dst="02:00:00:00:01:01") / IP(src="10.9.0.2", dst=dst, ttl=255)
+            if roce:
+                return bytes(eth / UDP(sport=1000, dport=4791) / BTH(opcode=0x0a, dqpn=5) / Raw(b"\0" * 50))
+            return bytes(eth / UDP(sport=1000, dport=2000) / Raw(b"x" * 64))
+
+        def median_ns(prog_fd, data):
+            samples = []
+            with in_netns(ns):
+                for _ in range(args.runs):
+                    res = progtest.prog_test_run(prog_fd, data, ingress_ifindex=ports[0], repeat=args.repeat)
+                    if res.verdict != "redirect":
+                        raise RuntimeError(f"bench frame got verdict {res.verdict}")
+                    samples.append(res.duration_ns)
+            return statistics.median(samples), min(samples)
+
+        bare = BPF(text=BARE_REDIRECT.replace("IFX", str(ports[1])))
+        bare_fd = bare.load_func(b"xdp_bare", BPF.XDP).fd
+        rows = [("bare redirect", "-") + median_ns(bare_fd, frame("10.1.0.1"))]
+        cases = [(m, frame(f"10.{i}.0.1", roce=(m == "spraylink"))) for i, m in enumerate(modes, start=1)]
+        cases.append(("traffic matrix", frame("10.99.0.1")))
+        for model in (False, True):
+            for ifx in ports[1:]:
+                dp.set_port_model(ifx, speed_bps=10**12 if model else 0, buffer_bytes=10**9)
+            for name, data in cases:
+                rows.append((name, "on" if model else "off") + median_ns(dp.prog_fd, data))
+        bare.cleanup()
+    finally:
+        if dp is not None:
+            dp.close()
+        subprocess.run(["ip", "netns", "del", ns], check=False)
+
+    if args.json:
+        print(json.dumps([{"mode": r[0], "port_model": r[1], "median_ns": r[2], "min_ns": r[3]} for r in rows],
+                         indent=2))
+        return 0
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"railab bench dataplane: ns/packet, BPF_PROG_TEST_RUN "
+                        f"({args.runs} x repeat {args.repeat}, {os.cpu_count()} CPUs)")
+    for col in ("mode", "port model", "median ns", "min ns", "target"):
+        table.add_column(col, justify="left" if col in ("mode", "port model") else "right")
+    for name, model, med, mn in rows:
+        target = "" if name == "bare redirect" else ("<= 100" if name == "ecmp" else "<= 200")
+        table.add_row(name, model, f"{med:.0f}", f"{mn:.0f}", target)
     Console().print(table)
     return 0

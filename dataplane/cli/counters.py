@@ -57,12 +57,18 @@ def run(args) -> int:
             table.add_row(a, b, str(fwd), str(back))
         console.print(table)
         return 0
-    table = Table(title=f"lab {lab}: switch ports")
-    for column in ("switch", "port", "rx pkts", "tx pkts", "tx bytes", "drops"):
-        table.add_column(column, justify="right" if "pkts" in column or "bytes" in column else "left")
+    from dataplane.cli.lb import fmt_speed
+
+    table = Table(title=f"lab {lab}: switch ports (speed: emulated/nominal; queue is virtual)")
+    for column in ("switch", "port", "speed", "rx pkts", "tx pkts", "tx bytes", "ecn", "util", "queue B",
+                   "drops"):
+        table.add_column(column, justify="left" if column in ("switch", "port", "drops") else "right")
     for switch, data in counters["switches"].items():
         for port, c in data["ports"].items():
             drops = ", ".join(f"{k}={v}" for k, v in c.get("drops", {}).items() if v) or "-"
-            table.add_row(switch, port, str(c["rx_packets"]), str(c["tx_packets"]), str(c["tx_bytes"]), drops)
+            speed = f"{fmt_speed(c.get('speed_bps', 0))}/{fmt_speed(c.get('nominal_speed_bps', 0))}"
+            table.add_row(switch, port, speed, str(c["rx_packets"]), str(c["tx_packets"]), str(c["tx_bytes"]),
+                          str(c.get("ecn_marked", 0)), f"{c.get('utilization', 0):.0%}",
+                          str(c.get("queue_bytes", 0)), drops)
     console.print(table)
     return 0

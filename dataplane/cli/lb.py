@@ -1,0 +1,127 @@
+"""`railab lb set|show LAB ...`: load-balancing mode of a running lab's switches,
+changed live through the lab's agent (see dataplane/lb.py)."""
+from __future__ import annotations
+
+import json
+
+from dataplane import bpf_abi as abi
+from dataplane.cli.common import single_lab
+
+
+def register(sub) -> None:
+    p = sub.add_parser("lb", help="show or change load-balancing modes of a running lab")
+    which = p.add_subparsers(dest="lb_cmd", metavar="CMD", required=True)
+    s = which.add_parser("set", help="set the mode/parameters of a switch's (or a role's) groups")
+    s.add_argument("lab", nargs="?")
+    sel = s.add_mutually_exclusive_group()
+    sel.add_argument("--switch", help="one switch")
+    sel.add_argument("--role", help="every switch of this role (leaf, spine, core, ...)")
+    s.add_argument("--mode", choices=list(abi.LB_MODES))
+    s.add_argument("--seed", help="hash seed (integer) or 'auto' (per-switch default)")
+    s.add_argument("--hash-fields", help="comma list: 5tuple, src_ip, dst_ip, proto, src_port, "
+                                         "dst_port, bth_dqp, ingress_port")
+    s.add_argument("--flowlet-timeout-us", type=float)
+    s.add_argument("--busy-util", type=float, help="flowlet: member utilisation (0..1) above which "
+                                                   "the busy timeout applies")
+    s.add_argument("--busy-timeout-us", type=float)
+    w = s.add_mutually_exclusive_group()
+    w.add_argument("--weights", help="wcmp weights: '1,3' (member order) or 'up1=1,up2=3'")
+    w.add_argument("--bandwidth", action="store_true", help="wcmp weights from member link speeds")
+    s.add_argument("--lbn", help="'auto' or 'down1=0,down2=1,...' (LBN values of ingress ports)")
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(func=run_set)
+    pm = which.add_parser("port-model", help="emulated ports of the whole lab (resets their queues)")
+    pm.add_argument("lab", nargs="?")
+    pm.add_argument("--scale", type=float, help="emulated speed = nominal x scale (0 = no model); "
+                                                "e.g. 0.00025 = 400G -> 100 Mb/s")
+    pm.add_argument("--buffer-bytes", type=int)
+    pm.add_argument("--ecn-bytes", type=int, help="mark CE above this backlog (-1 = never)")
+    pm.add_argument("--window-us", type=float, help="utilisation averaging window")
+    pm.set_defaults(func=run_port_model)
+    sh = which.add_parser("show", help="modes, seeds, groups and port speeds")
+    sh.add_argument("lab", nargs="?")
+    sh.add_argument("--json", action="store_true")
+    sh.set_defaults(func=run_show)
+
+
+def _kv_or_list(text: str | None, conv=float):
+    if text is None or text == "auto":
+        return text
+    if "=" in text:
+        return {k: conv(v) for k, v in (item.split("=", 1) for item in text.split(",") if item)}
+    return [conv(v) for v in text.split(",") if v]
+
+
+def run_set(args) -> int:
+    from dataplane.lb import Fabric
+
+    lab = single_lab(args.lab)
+    seed = args.seed
+    if seed is not None and seed != "auto":
+        seed = int(seed, 0)
+    lbn = _kv_or_list(args.lbn, int)
+    if isinstance(lbn, list):
+        raise SystemExit("railab lb set: --lbn takes 'auto' or IFACE=VALUE pairs")
+    result = Fabric(lab).set_mode(args.mode, switch=args.switch, role=args.role, seed=seed,
+                                  hash_fields=args.hash_fields, flowlet_timeout_us=args.flowlet_timeout_us,
+                                  busy_util=args.busy_util, busy_timeout_us=args.busy_timeout_us,
+                                  weights=_kv_or_list(args.weights), bandwidth=args.bandwidth, lbn=lbn)
+    if args.json:
+        print(json.dumps(result, indent=2))
+    else:
+        print(f"lab {lab}: {len(result['groups'])} groups on {', '.join(result['switches'])} updated")
+    return 0
+
+
+def fmt_speed(bps: float) -> str:
+    for unit, div in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if bps >= div:
+            return f"{bps / div:g}{unit}"
+    return f"{bps:g}"
+
+
+def run_show(args) -> int:
+    from dataplane.lb import Fabric
+
+    lab = single_lab(args.lab)
+    data = Fabric(lab).show()
+    if args.json:
+        print(json.dumps(data, indent=2))
+        return 0
+    from rich.console import Console
+    from rich.table import Table
+
+    pm = data["port_model"]
+    console = Console()
+    console.print(f"lab {lab}: port model speed x {pm['scale']:g}, buffer {pm['buffer_bytes']} B, "
+                  f"ECN above {pm['ecn_bytes']} B, utilisation window {pm['window_us']:g} us "
+                  "(virtual queue: drops and marks, no added latency)")
+    table = Table(title=f"lab {lab}: load balancing")
+    for col in ("switch", "role", "seed", "group", "prefixes", "mode", "members (emulated/nominal speed)", "params"):
+        table.add_column(col)
+    for name, sw in data["switches"].items():
+        for gid, g in sw["groups"].items():
+            members = ", ".join(f"{m} ({fmt_speed(sw['ports'][m]['speed_bps'])}/"
+                                f"{fmt_speed(sw['ports'][m]['nominal_speed_bps'])})" for m in g["members"])
+            params = []
+            if g["mode"] == "flowlet":
+                params.append(f"timeout {g['flowlet_timeout_us']:g}us")
+                if g["busy_util"]:
+                    params.append(f"busy>{g['busy_util']:g}: {g['busy_timeout_us']:g}us")
+            if g["weights"]:
+                params.append("weights " + ":".join(f"{w:g}" for w in g["weights"]))
+            table.add_row(name, sw["role"], str(sw["hash_seed"]), gid, " ".join(g["prefixes"][:3])
+                          + (" ..." if len(g["prefixes"]) > 3 else ""), g["mode"], members, " ".join(params))
+    console.print(table)
+    return 0
+
+
+def run_port_model(args) -> int:
+    from dataplane.lb import Fabric
+
+    lab = single_lab(args.lab)
+    pm = Fabric(lab).set_port_model(scale=args.scale, buffer_bytes=args.buffer_bytes,
+                                    ecn_bytes=args.ecn_bytes, window_us=args.window_us)
+    print(f"lab {lab}: port model speed x {pm['scale']:g}, buffer {pm['buffer_bytes']} B, "
+          f"ECN above {pm['ecn_bytes']} B, window {pm['window_us']:g} us")
+    return 0

@@ -1,0 +1,117 @@
+"""Load balancing of a deployed lab, as a Python API (tests, notebooks); the CLI verbs
+`railab lb`, `railab tm` and `railab counters` are thin wrappers around it.
+
+    from dataplane.lb import Fabric
+    fab = Fabric("mylab")
+    fab.set_mode("flowlet", role="leaf", flowlet_timeout_us=200)
+    fab.set_mode("ecmp", role="spine", seed=7)
+    fab.tm_add("leaf1", src="10.0.0.2", dst="10.0.4.2", sport=1000, dport=2000, egress="up2")
+    fab.counters("leaf1")["switches"]["leaf1"]["ports"]["up2"]["utilization"]
+
+Every call is one request to the lab's agent (dataplane/agent.py), which changes the
+BPF maps of the running data plane: nothing is reloaded, traffic keeps flowing.
+
+Modes (per group, set for all groups of the chosen switches): ecmp, lbn, flowlet,
+spray-rr, spray-random, spraylink, wcmp (see bpf/railab_consts.h LB_MODE_*).
+"""
+from __future__ import annotations
+
+from dataplane import bpf_abi as abi
+from dataplane.runtime import agent_client
+
+MODES = tuple(abi.LB_MODES)
+
+
+class Fabric:
+    """A deployed lab's load balancing, counters and traffic matrix."""
+
+    def __init__(self, lab: str, timeout_s: float = 30.0):
+        self.lab = lab
+        self.timeout_s = timeout_s
+
+    def _req(self, op: str, **fields):
+        fields = {k: v for k, v in fields.items() if v is not None}
+        return agent_client.request(self.lab, op, timeout_s=self.timeout_s, **fields)
+
+    # -------------------------------------------------------------- modes
+    def set_mode(self, mode: str | None = None, *, switch: str | None = None, role: str | None = None,
+                 seed: int | str | None = None, hash_fields: list[str] | None = None,
+                 flowlet_timeout_us: float | None = None, busy_util: float | None = None,
+                 busy_timeout_us: float | None = None, weights=None, bandwidth: bool = False,
+                 lbn=None) -> dict:
+        """Set the mode (and parameters) of every group of a switch, or of all switches of
+        a role, or of all switches. mode None keeps the mode and changes only parameters.
+
+        seed: per-switch hash seed (int), or "auto" for the per-switch default; giving two
+        tiers the same seed reproduces hash polarization. hash_fields: names from
+        bpf_abi.HASH_FIELDS ("5tuple" = the five); weights: list in member order or
+        {interface: weight}; bandwidth=True: weights from the members' link speeds.
+        lbn: "auto" or {interface: value}."""
+        if mode is not None:
+            abi.lb_mode(mode)   # validate before asking the agent
+        if hash_fields is not None:
+            hash_fields = expand_hash_fields(hash_fields)
+        return self._req("lb_set", mode=mode, switch=switch, role=role, seed=seed,
+                         hash_fields=hash_fields, flowlet_timeout_us=flowlet_timeout_us,
+                         busy_util=busy_util, busy_timeout_us=busy_timeout_us, weights=weights,
+                         bandwidth=bandwidth or None, lbn=lbn)
+
+    def show(self) -> dict:
+        """Per switch: role, seed, hash fields, groups (mode, members, prefixes, parameters),
+        ports (LBN value, nominal and emulated speed); and the lab's port model."""
+        return self._req("lb_show")
+
+    def set_port_model(self, *, scale: float | None = None, buffer_bytes: int | None = None,
+                       ecn_bytes: int | None = None, window_us: float | None = None) -> dict:
+        """Emulated ports of the whole lab: speed = nominal x scale (0 = no model), tail-drop
+        buffer, ECN threshold (-1 = never mark), utilisation window. Resets the queues."""
+        return self._req("port_model", scale=scale, buffer_bytes=buffer_bytes,
+                         ecn_bytes=ecn_bytes, window_us=window_us)
+
+    # -------------------------------------------------------------- counters
+    def counters(self, switch: str | None = None) -> dict:
+        return self._req("counters", switch=switch)
+
+    def group_of(self, switch: str, prefix_or_ip: str) -> tuple[str, dict]:
+        """(group id, group counters) of the switch's group that routes prefix_or_ip."""
+        import ipaddress
+        target = ipaddress.ip_network(prefix_or_ip, strict=False)
+        best = None
+        for gid, g in self.counters(switch)["switches"][switch]["groups"].items():
+            for p in g["prefixes"]:
+                net = ipaddress.ip_network(p)
+                if target.subnet_of(net) and (best is None or net.prefixlen > best[0]):
+                    best = (net.prefixlen, gid, g)
+        if best is None:
+            raise KeyError(f"{switch}: no group routes {prefix_or_ip}")
+        return best[1], best[2]
+
+    # -------------------------------------------------------------- traffic matrix
+    def tm_add(self, switch: str, *, src: str, dst: str, egress: str, sport: int = 0, dport: int = 0,
+               proto: str | int = "udp") -> dict:
+        """Static entry: this 5-tuple leaves `switch` by interface `egress`, whatever the mode."""
+        return self._req("tm_add", switch=switch, src=src, dst=dst, sport=sport, dport=dport,
+                         proto=proto, egress=egress)
+
+    def tm_del(self, switch: str, *, src: str, dst: str, sport: int = 0, dport: int = 0,
+               proto: str | int = "udp") -> bool:
+        return self._req("tm_del", switch=switch, src=src, dst=dst, sport=sport, dport=dport,
+                         proto=proto)["deleted"]
+
+    def tm_list(self, switch: str | None = None) -> list[dict]:
+        return self._req("tm_list", switch=switch)
+
+
+def expand_hash_fields(fields) -> list[str]:
+    """'5tuple,bth_dqp' / ['5tuple', 'bth_dqp'] -> field names of bpf_abi.HASH_FIELDS."""
+    if isinstance(fields, str):
+        fields = [f for f in fields.split(",") if f]
+    out: list[str] = []
+    for f in fields:
+        names = ["src_ip", "dst_ip", "proto", "src_port", "dst_port"] if f == "5tuple" else [f]
+        for n in names:
+            if n not in abi.HASH_FIELDS:
+                raise ValueError(f"unknown hash field {n!r}; known: 5tuple, {', '.join(abi.HASH_FIELDS)}")
+            if n not in out:
+                out.append(n)
+    return out

@@ -1,0 +1,313 @@
+"""Load-balancing modes, traffic matrix and the emulated egress port, run with
+BPF_PROG_TEST_RUN on crafted frames (fast and deterministic; the live-lab versions
+are in tests/lab/test_lb_*.py).
+
+The egress port model is driven either by real frames (repeat > 1 runs the program
+back to back, faster than any emulated port drains) or, where a test needs a
+known load, by writing the port's queue state directly (poke_queue).
+"""
+
+from __future__ import annotations
+
+import collections
+import ctypes as ct
+import time
+
+import pytest
+from scapy.contrib.roce import BTH
+from scapy.layers.inet import IP, UDP
+from scapy.layers.l2 import Ether
+from scapy.packet import Raw
+
+from dataplane import bpf_abi as abi
+from dataplane import progtest
+from dataplane.netns_util import in_netns
+from dataplane.switch_dataplane import BPF_F_LOCK, wcmp_slots
+
+from .conftest import sh
+
+SW = 3
+IN = 201
+EG = [202, 203, 204, 205]
+ALL = [IN, *EG]
+SLOT = {ifx: 20 + i for i, ifx in enumerate(ALL)}
+HOST_MAC = "02:00:00:00:bb:01"
+PORT_MAC = {ifx: f"02:00:00:03:00:{ifx - 200:02x}" for ifx in ALL}
+NH_MAC = {ifx: f"02:00:00:04:00:{ifx - 200:02x}" for ifx in EG}
+G = 40                      # the group under test: 10.40.0.0/16, 4 members
+G2 = 41                     # two members (EG[0], EG[1]): 10.41.0.0/16
+
+
+@pytest.fixture(scope="module")
+def lab(dp, module_netns):
+    ns = module_netns("lb")
+    for ifx in ALL:
+        sh(["ip", "-n", ns, "link", "add", "name", f"p{ifx}", "index", str(ifx), "type", "veth",
+            "peer", "name", f"q{ifx}", "index", str(ifx + 1000)])
+    dp.set_switch(SW, hash_seed=0xabcd)
+    for ifx in ALL:
+        dp.set_port(ifx, switch_id=SW, slot=SLOT[ifx], mac=PORT_MAC[ifx])
+    dp.set_group(G, [(e, NH_MAC[e]) for e in EG])
+    dp.set_group(G2, [(e, NH_MAC[e]) for e in EG[:2]])
+    dp.add_route(SW, "10.40.0.0/16", G)
+    dp.add_route(SW, "10.41.0.0/16", G2)
+    yield ns
+    for ifx in ALL:
+        dp.set_port_model(ifx, speed_bps=0)
+        dp.del_port(ifx)
+    dp.del_route(SW, "10.40.0.0/16")
+    dp.del_route(SW, "10.41.0.0/16")
+
+
+@pytest.fixture
+def mode(dp, lab):
+    """Set the group's mode (and parameters) for one test; back to ECMP afterwards."""
+    def set_(m, group=G, **kw):
+        dp.set_group_lb(group, mode=m, **kw)
+    yield set_
+    for g in (G, G2):
+        dp.set_group_lb(g, mode="ecmp", clear_weights=True, flowlet_timeout_us=100, busy_util=0)
+    for ifx in EG:
+        dp.set_port_model(ifx, speed_bps=0)
+
+
+def udp(dst="10.40.0.1", src="10.9.0.2", sport=1000, dport=2000, ttl=64, tos=0, size=32):
+    return (Ether(src=HOST_MAC, dst=PORT_MAC[IN]) / IP(src=src, dst=dst, ttl=ttl, tos=tos)
+            / UDP(sport=sport, dport=dport) / Raw(b"x" * size))
+
+
+def roce(opcode, dst="10.40.0.1", src="10.9.0.2", sport=49152, qp=17, psn=1):
+    return (Ether(src=HOST_MAC, dst=PORT_MAC[IN]) / IP(src=src, dst=dst) / UDP(sport=sport, dport=4791)
+            / BTH(opcode=opcode, pkey=0xffff, dqpn=qp, psn=psn) / Raw(b"\0" * 64))
+
+
+def run(dp, ns, frame, repeat=1):
+    with in_netns(ns):
+        return progtest.prog_test_run(dp.prog_fd, bytes(frame), ingress_ifindex=IN, repeat=repeat)
+
+
+def egress_of(res) -> int:
+    assert res.verdict == "redirect", res.verdict
+    return {v: k for k, v in NH_MAC.items()}[Ether(res.data).dst]
+
+
+def poke_queue(dp, ifindex, *, backlog_ns=0, util=0.0):
+    """Give an emulated port a known backlog and utilisation (as if it had been busy)."""
+    slot = ct.c_uint32(SLOT[ifindex])
+    q = abi.PortQueue()
+    assert dp._lookup("port_queue", slot, q)
+    now = time.monotonic_ns()
+    q.t_free = now + backlog_ns
+    q.util = int(util * abi.UTIL_ONE)
+    q.win_start = now
+    q.win_busy_ns = 0
+    dp._update("port_queue", slot, q, flags=BPF_F_LOCK)
+
+
+def model_all(dp, speed_bps=10_000_000_000, buffer_bytes=10**11, **kw):
+    for ifx in EG:
+        dp.set_port_model(ifx, speed_bps=speed_bps, buffer_bytes=buffer_bytes, **kw)
+
+
+def chi2_uniform(counts: list[int]) -> float:
+    n, k = sum(counts), len(counts)
+    return sum((c - n / k) ** 2 / (n / k) for c in counts)
+
+
+CHI2_P001 = {1: 10.83, 2: 13.82, 3: 16.27}   # chi-square critical values, p = 0.001
+
+
+# ---------------------------------------------------------------- spraying
+def test_spray_rr_is_exact_round_robin(dp, lab, mode):
+    mode("spray-rr")
+    seq = [egress_of(run(dp, lab, udp())) for _ in range(40)]
+    # one shared counter: consecutive packets take consecutive members
+    idx = [EG.index(e) for e in seq]
+    assert all((b - a) % 4 == 1 for a, b in zip(idx, idx[1:])), idx
+    before = [m["packets"] for m in dp.member_counters(G)]
+    res = run(dp, lab, udp(ttl=255), repeat=200)
+    assert res.verdict == "redirect"
+    got = [m["packets"] - b for m, b in zip(dp.member_counters(G), before)]
+    assert got == [50, 50, 50, 50]
+
+
+def test_spray_random_is_uniform(dp, lab, mode):
+    mode("spray-random")
+    before = [m["packets"] for m in dp.member_counters(G)]
+    for _ in range(20):
+        assert run(dp, lab, udp(ttl=255), repeat=200).verdict == "redirect"
+    got = [m["packets"] - b for m, b in zip(dp.member_counters(G), before)]
+    assert sum(got) == 4000
+    assert chi2_uniform(got) < CHI2_P001[3], got
+
+
+# ---------------------------------------------------------------- WCMP
+def test_wcmp_slot_expansion():
+    assert collections.Counter(wcmp_slots([1, 3])) == {0: 16, 1: 48}
+    assert collections.Counter(wcmp_slots([1, 1, 1])) == {0: 21, 1: 21, 2: 21}
+    assert collections.Counter(wcmp_slots([400e9, 100e9])) == {0: 51, 1: 13}
+    assert collections.Counter(wcmp_slots([0, 2])) == {1: 64}
+    with pytest.raises(ValueError):
+        wcmp_slots([0, 0])
+
+
+def test_wcmp_1_to_3(dp, lab, mode):
+    mode("wcmp", group=G2, weights=[1, 3])
+    got = collections.Counter(egress_of(run(dp, lab, udp("10.41.0.1", src=f"10.9.{i // 250}.{i % 250 + 1}",
+                                                         sport=10000 + i)))
+                              for i in range(2000))
+    share = got[EG[0]] / 2000
+    assert 0.22 <= share <= 0.28, dict(got)
+    # flows stay put
+    assert len({egress_of(run(dp, lab, udp("10.41.0.1", sport=777))) for _ in range(10)}) == 1
+
+
+# ---------------------------------------------------------------- traffic matrix
+def test_traffic_matrix_overrides_mode(dp, lab, mode):
+    mode("spray-rr")
+    flow = dict(src="10.9.0.2", dst="10.40.0.1", sport=1000, dport=2000, proto="udp")
+    dp.tm_add(SW, **flow, egress_ifindex=EG[2], dmac=NH_MAC[EG[2]])
+    try:
+        assert {egress_of(run(dp, lab, udp())) for _ in range(20)} == {EG[2]}
+        other = {egress_of(run(dp, lab, udp(sport=1001))) for _ in range(8)}
+        assert other == set(EG), "other flows keep the group's mode"
+        entry = dp.tm_list(SW)[0]
+        assert entry["packets"] == 20 and entry["egress_ifindex"] == EG[2]
+        assert dp.switch_config(SW)["traffic_matrix"]
+    finally:
+        assert dp.tm_del(SW, **flow)
+    assert not dp.switch_config(SW)["traffic_matrix"]
+    assert len({egress_of(run(dp, lab, udp())) for _ in range(8)}) == 4
+
+
+# ---------------------------------------------------------------- flowlet
+def test_flowlet_gap_moves_flow_to_least_loaded(dp, lab, mode):
+    mode("flowlet", group=G2, flowlet_timeout_us=20_000)
+    model_all(dp)
+    first = egress_of(run(dp, lab, udp("10.41.0.1", sport=4242)))
+    other = EG[1] if first == EG[0] else EG[0]
+    poke_queue(dp, first, backlog_ns=2_000_000_000, util=1.0)   # current member congested
+    poke_queue(dp, other)
+    for _ in range(30):   # back to back: same flowlet, never moves despite the load
+        assert egress_of(run(dp, lab, udp("10.41.0.1", sport=4242))) == first
+    time.sleep(0.03)      # gap > 20 ms: a new flowlet, to the least-loaded member
+    assert egress_of(run(dp, lab, udp("10.41.0.1", sport=4242))) == other
+    assert dp.flowlet_stats(G2)["flowlets"] >= 2
+
+
+def test_flowlet_idle_fabric_keeps_flow(dp, lab, mode):
+    mode("flowlet", group=G2, flowlet_timeout_us=500_000)
+    model_all(dp)
+    seen = {egress_of(run(dp, lab, udp("10.41.0.1", sport=5151))) for _ in range(50)}
+    assert len(seen) == 1
+
+
+def test_flowlet_busy_member_uses_short_timeout(dp, lab, mode):
+    mode("flowlet", group=G2, flowlet_timeout_us=1_000_000, busy_util=0.5, busy_timeout_us=5_000)
+    model_all(dp, window_us=100_000)   # utilisation stays current across the 10 ms sleeps
+    first = egress_of(run(dp, lab, udp("10.41.0.1", sport=6161)))
+    other = EG[1] if first == EG[0] else EG[0]
+    poke_queue(dp, first, backlog_ns=10_000_000_000, util=0.9)   # busy: gap 5 ms applies
+    poke_queue(dp, other)
+    time.sleep(0.01)     # 10 ms: under the idle timeout (1 s), over the busy one (5 ms)
+    assert egress_of(run(dp, lab, udp("10.41.0.1", sport=6161))) == other
+    poke_queue(dp, other, backlog_ns=10_000_000_000, util=0.2)   # loaded but not "busy"
+    poke_queue(dp, first)
+    time.sleep(0.01)
+    assert egress_of(run(dp, lab, udp("10.41.0.1", sport=6161))) == other
+
+
+# ---------------------------------------------------------------- SprayLink
+DATA_OPS = [0x00, 0x01, 0x02, 0x04, 0x06, 0x07, 0x08, 0x0a, 0x24]   # RC/UC SEND, WRITE
+PROTO_OPS = [0x11, 0x81, 0x0c, 0x10, 0x64]                          # ACK, CNP, READ req/resp, UD
+
+
+def test_spraylink_sprays_data_keeps_protocol_per_flow(dp, lab, mode):
+    mode("spraylink")
+    model_all(dp)
+    data = collections.Counter(egress_of(run(dp, lab, roce(op))) for op in DATA_OPS for _ in range(12))
+    assert len(data) == 4, "idle members tie: data packets spread over all of them"
+    for op in PROTO_OPS:
+        assert len({egress_of(run(dp, lab, roce(op, psn=i))) for i in range(12)}) == 1, hex(op)
+    assert len({egress_of(run(dp, lab, roce(op))) for op in PROTO_OPS}) == 1, "one flow, one member"
+    assert len({egress_of(run(dp, lab, udp(sport=9))) for _ in range(12)}) == 1
+
+
+def test_spraylink_data_follows_least_queue(dp, lab, mode):
+    mode("spraylink")
+    model_all(dp)
+    for i, ifx in enumerate(EG):
+        poke_queue(dp, ifx, backlog_ns=(i + 1) * 1_000_000_000 if ifx != EG[2] else 0)
+    assert {egress_of(run(dp, lab, roce(0x0a, psn=i))) for i in range(20)} == {EG[2]}
+
+
+# ---------------------------------------------------------------- emulated port
+def test_queue_tail_drop_and_ecn(dp, lab, mode):
+    mode("spray-rr", group=G2)   # one flow, alternating over two emulated ports
+    speed = 100_000              # 100 kb/s: a 1042-byte frame takes 83 ms to drain, so the
+    for ifx in EG[:2]:           # ~5 ms this loop takes hardly drains anything
+        dp.set_port_model(ifx, speed_bps=speed, buffer_bytes=20_000, ecn_bytes=5_000)
+    before = {ifx: dp.port_counters(ifx) for ifx in EG[:2]}
+    frame = udp("10.41.0.1", tos=0x02, size=1000)     # ECT(0)
+    verdicts = collections.Counter(run(dp, lab, frame).verdict for _ in range(100))
+    after = {ifx: dp.port_counters(ifx) for ifx in EG[:2]}
+    sent = sum(after[i]["tx_packets"] - before[i]["tx_packets"] for i in EG[:2])
+    full = sum(after[i]["drops"]["queue_full"] - before[i]["drops"]["queue_full"] for i in EG[:2])
+    marked = sum(after[i]["ecn_marked"] - before[i]["ecn_marked"] for i in EG[:2])
+    size = len(frame)
+    assert verdicts == {"redirect": sent, "drop": full} and sent + full == 100
+    assert sent == 2 * (20_000 // size), (sent, full)                        # each port's buffer
+    # marked: frames that found more than 5,000 bytes queued (the first 5 of each port did not)
+    assert marked == 2 * (20_000 // size - (5_000 // size + 1)), marked
+    assert dp.drop_counters()["queue_full"] >= full
+    state = dp.port_queue_state(EG[0])
+    assert 15_000 < state["queue_bytes"] <= 20_000
+
+
+def test_ecn_mark_sets_ce_with_valid_checksum(dp, lab, mode):
+    dp.set_port_model(EG[0], speed_bps=10_000, buffer_bytes=10**9, ecn_bytes=0)
+    mode("ecmp", group=G2)
+    dp.tm_add(SW, src="10.9.0.2", dst="10.41.0.1", sport=1, dport=2, proto="udp",
+              egress_ifindex=EG[0], dmac=NH_MAC[EG[0]])
+    try:
+        run(dp, lab, udp("10.41.0.1", sport=1, dport=2))           # builds a backlog
+        for tos in (0x01, 0x02, 0xb9, 0xfe):                       # ECT(1), ECT(0), DSCP + ECT
+            out = Ether(run(dp, lab, udp("10.41.0.1", sport=1, dport=2, tos=tos)).data)
+            assert out[IP].tos == tos | 3
+            chk = out[IP].chksum
+            del out[IP].chksum
+            assert IP(bytes(out[IP]))[IP].chksum == chk, hex(tos)
+        before = dp.port_counters(EG[0])["ecn_marked"]
+        for tos in (0x00, 0xfc, 0x03):                             # not ECT, already CE
+            out = Ether(run(dp, lab, udp("10.41.0.1", sport=1, dport=2, tos=tos)).data)
+            assert out[IP].tos == tos
+        assert dp.port_counters(EG[0])["ecn_marked"] == before
+    finally:
+        dp.tm_del(SW, src="10.9.0.2", dst="10.41.0.1", sport=1, dport=2, proto="udp")
+
+
+def test_no_model_means_no_queue(dp, lab, mode):
+    before = dp.port_counters(EG[0])
+    mode("ecmp")
+    res = run(dp, lab, udp("10.41.0.1", ttl=255, size=1400), repeat=200)
+    assert res.verdict == "redirect"
+    assert dp.port_queue_state(EG[0]) == {"queue_bytes": 0, "utilization": 0.0}
+    assert dp.port_counters(EG[0])["drops"]["queue_full"] == before["drops"]["queue_full"]
+
+
+def test_utilisation_tracks_offered_load(dp, lab, mode):
+    """Frames offered at twice the port's speed, paced in real time: utilisation -> 100%."""
+    dp.set_port_model(EG[0], speed_bps=10_000_000, buffer_bytes=5_000, window_us=2_000)
+    dp.tm_add(SW, src="10.9.0.2", dst="10.41.0.1", sport=3, dport=4, proto="udp",
+              egress_ifindex=EG[0], dmac=NH_MAC[EG[0]])
+    try:
+        frame = udp("10.41.0.1", sport=3, dport=4, size=1000)   # 0.83 ms at 10 Mb/s
+        t_end = time.monotonic() + 0.06
+        while time.monotonic() < t_end:
+            run(dp, lab, frame)
+            time.sleep(0.0004)           # ~2x the port's rate, give or take Python
+        st = dp.port_queue_state(EG[0])
+        assert st["utilization"] > 0.8, st
+        assert dp.port_counters(EG[0])["drops"]["queue_full"] > 0
+    finally:
+        dp.tm_del(SW, src="10.9.0.2", dst="10.41.0.1", sport=3, dport=4, proto="udp")
