@@ -1,0 +1,44 @@
+"""`railab run EXPERIMENT.yml [--json]`: compare load-balancing modes on one workload."""
+from __future__ import annotations
+
+import json
+import sys
+
+
+def register(sub) -> None:
+    p = sub.add_parser("run", help="run an experiment file and write its results folder")
+    p.add_argument("experiment", help="experiment file (YAML)")
+    p.add_argument("--json", action="store_true", help="print the metrics as JSON")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from dataplane.experiment import session, spec
+    from dataplane.runtime import lifecycle
+
+    exp = spec.load(args.experiment)      # every check happens before anything is deployed
+    lifecycle.require_root()
+    with session.progress_bar(not args.json and sys.stderr.isatty()) as progress:
+        results, folder = session.run(exp, progress)
+    if args.json:
+        summary = {
+            "experiment": results["experiment"], "folder": str(folder),
+            "modes": {label: m["metrics"] for label, m in results["modes"].items()},
+            "sweeps": {label: {**s["summary"], "idle_uplinks": s["idle_uplinks"]}
+                       for label, s in results["sweeps"].items()},
+            "plots": results.get("plots", []),
+        }
+        print(json.dumps(summary, indent=2))
+        return 0
+    from rich.console import Console
+
+    from dataplane.report import table
+
+    from dataplane.experiment.session import report_view
+
+    console = Console(width=None if sys.stdout.isatty() else 160)
+    console.print(table.build_table(report_view(results), title=results["experiment"]))
+    console.print(f"results: {folder}/results.json")
+    for plot in results.get("plots", []):
+        console.print(f"plot: {plot}")
+    return 0

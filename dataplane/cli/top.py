@@ -1,0 +1,250 @@
+"""`railab top [LAB] [--interval 0.5] [--once] [--switch NAME] [--limit N]`: a live view of
+the fabric's switch ports, busiest first.
+
+Every poll asks the lab's agent for its counters (`agent_client.request(lab, "counters")`).
+Rates come from counter deltas between two polls divided by the time between them:
+  tx/rx rate  = delta tx_bytes/rx_bytes x 8 / dt (b/s)
+  util        = tx rate / emulated port speed (None when the port has no port model)
+  model util  = the port model's own `utilization` (EWMA over its window), when present
+  queue       = the port model's virtual backlog `queue_bytes` now
+  drops/s     = delta of the sum of all drop reasons / dt; ECN/s likewise for ecn_marked
+A counter smaller than at the previous poll (agent restarted) counts from zero.
+Rows are sorted busiest first: by max(util, model util), then tx rate, then drops.
+
+The pure part (`port_directory`, `compute_rows`, `build_table`) takes plain dicts so it is
+tested with synthetic snapshots; `run` only polls and displays.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from dataplane.cli.common import load_lab, single_lab
+
+TIER = {"host": 0, "leaf": 1, "spine": 2, "core": 3}
+
+
+def register(sub) -> None:
+    p = sub.add_parser("top", help="live per-port utilisation, queues and drops, busiest first")
+    p.add_argument("lab", nargs="?")
+    p.add_argument("--interval", type=float, default=0.5, help="seconds between polls (default 0.5)")
+    p.add_argument("--once", action="store_true", help="poll twice, print one table and exit")
+    p.add_argument("--switch", help="only this switch")
+    p.add_argument("--limit", type=int, default=None,
+                   help="show at most N ports (default: all with --once, what fits the terminal live)")
+    p.set_defaults(func=run)
+
+
+@dataclass
+class PortRow:
+    switch: str
+    port: str
+    peer: str = ""
+    direction: str = ""          # "up" (towards a higher tier), "down", "" unknown
+    tx_bps: float = 0.0
+    rx_bps: float = 0.0
+    util: float | None = None    # tx rate / emulated speed
+    model_util: float | None = None
+    queue_bytes: int | None = None
+    drops_per_s: float = 0.0
+    drops_total: int = 0
+    drops_delta: dict = field(default_factory=dict)   # reason -> drops since last poll
+    ecn_per_s: float = 0.0
+    speed_bps: float | None = None    # emulated
+    nominal_bps: float | None = None
+
+    @property
+    def busy(self) -> float:
+        return max(self.util or 0.0, self.model_util or 0.0)
+
+
+def port_directory(spec) -> dict[tuple[str, str], dict]:
+    """(switch, port) -> {peer, direction, nominal_bps} from the lab's LabSpec."""
+    if spec is None:
+        return {}
+    roles = {n.name: n.role for n in spec.nodes}
+    out = {}
+    for node in spec.nodes:
+        if node.role == "host":
+            continue
+        for iface in node.interfaces:
+            peer_node = iface.peer.split(":", 1)[0]
+            mine, theirs = TIER.get(node.role), TIER.get(roles.get(peer_node, ""))
+            direction = "" if mine is None or theirs is None else ("up" if theirs > mine else "down")
+            out[(node.name, iface.name)] = {"peer": iface.peer, "direction": direction,
+                                            "nominal_bps": iface.speed_bps}
+    return out
+
+
+def _delta(cur: dict, prev: dict | None, key: str) -> int:
+    now = int(cur.get(key) or 0)
+    before = int((prev or {}).get(key) or 0)
+    return now - before if now >= before else now
+
+
+def _speeds(c: dict, nominal: float | None) -> tuple[float | None, float | None]:
+    """(emulated, nominal) port speed. The agent reports speed_bps = emulated plus
+    nominal_speed_bps; the runner's naming is speed_bps = nominal plus scaled_bps."""
+    if c.get("scaled_bps") is not None:
+        return (c["scaled_bps"] or None), (c.get("speed_bps") or nominal)
+    if "nominal_speed_bps" in c:
+        return (c.get("speed_bps") or None), (c["nominal_speed_bps"] or nominal)
+    return None, (c.get("speed_bps") or nominal)
+
+
+def compute_rows(prev: dict | None, cur: dict, dt: float, spec=None) -> list[PortRow]:
+    """Rows for every switch port of `cur` (a counters reply), rates against `prev` (an
+    earlier reply, None for none: rates 0), busiest first."""
+    directory = port_directory(spec)
+    dt = dt if dt > 0 else 1e-9
+    rows = []
+    for switch, data in cur.get("switches", {}).items():
+        prev_ports = ((prev or {}).get("switches", {}).get(switch) or {}).get("ports", {})
+        for port, c in data.get("ports", {}).items():
+            p = prev_ports.get(port) if prev is not None else None
+            info = directory.get((switch, port), {})
+            emulated, nominal = _speeds(c, info.get("nominal_bps"))
+            if prev is None or p is None:
+                tx = rx = 0.0
+                drops_delta: dict = {}
+                ecn = 0
+            else:
+                tx = _delta(c, p, "tx_bytes") * 8 / dt
+                rx = _delta(c, p, "rx_bytes") * 8 / dt
+                drops_delta = {r: _delta(c.get("drops") or {}, p.get("drops") or {}, r)
+                               for r in (c.get("drops") or {})}
+                drops_delta = {r: n for r, n in drops_delta.items() if n}
+                ecn = _delta(c, p, "ecn_marked")
+            rows.append(PortRow(
+                switch=switch, port=port, peer=info.get("peer", c.get("peer", "")),
+                direction=info.get("direction", ""), tx_bps=tx, rx_bps=rx,
+                util=tx / emulated if emulated else None,
+                model_util=float(c["utilization"]) if c.get("utilization") is not None else None,
+                queue_bytes=int(c["queue_bytes"]) if c.get("queue_bytes") is not None else None,
+                drops_per_s=sum(drops_delta.values()) / dt,
+                drops_total=sum(int(v or 0) for v in (c.get("drops") or {}).values()),
+                drops_delta=drops_delta, ecn_per_s=ecn / dt, speed_bps=emulated, nominal_bps=nominal,
+            ))
+    rows.sort(key=lambda r: (-r.busy, -r.tx_bps, -r.drops_per_s, r.switch, r.port))
+    return rows
+
+
+# ----------------------------------------------------------------------------- display
+
+def _bps(v: float | None) -> str:
+    if v is None:
+        return "-"
+    for unit, div in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if v >= div:
+            return f"{v / div:.3g}{unit}"
+    return f"{v:.0f}"
+
+
+def _bar(frac: float | None, width: int = 6) -> str:
+    if frac is None:
+        return "-"
+    full = max(0.0, min(frac, 1.0)) * width
+    blocks = "█" * int(full) + ("▌" if full - int(full) >= 0.5 else "")
+    style = "green" if frac < 0.5 else ("yellow" if frac < 0.8 else "bold red")
+    return f"[{style}]{blocks:<{width}}[/] {frac:4.0%}"
+
+
+def build_table(rows: list[PortRow], *, lab: str = "", interval: float | None = None,
+                limit: int | None = None, stamp: str | None = None):
+    from rich import box
+    from rich.table import Table
+
+    shown = rows if not limit or limit <= 0 else rows[:limit]
+    up = [r for r in rows if r.direction == "up"]
+    drops = sum(r.drops_per_s for r in rows)
+    title = f"railab top: lab {lab}" if lab else "railab top"
+    if interval:
+        title += f", every {interval:g}s"
+    if stamp:
+        title += f" ({stamp})"
+    table = Table(title=title, title_justify="left", caption_justify="left", box=box.SIMPLE_HEAD,
+                  show_edge=False)
+    has_model = any(r.model_util is not None for r in rows)
+    has_queue = any(r.queue_bytes is not None for r in rows)
+    speeds = {(r.speed_bps, r.nominal_bps) for r in rows}
+    one_speed = len(speeds) == 1
+    columns = [("switch", "left"), ("port", "left"), ("peer", "left"), ("tx", "right"), ("rx", "right"),
+               ("util", "left")]
+    columns += [("model", "right")] if has_model else []
+    columns += [("queue B", "right")] if has_queue else []
+    columns += [("drops/s", "left"), ("ECN/s", "right")]
+    columns += [] if one_speed else [("speed emu/nom", "right")]
+    # the columns that must stay readable in a narrow terminal; the others get cropped
+    keep = {"switch": max([len(r.switch) for r in shown] + [6]), "port": max([len(r.port) for r in shown] + [4]),
+            "tx": 5, "util": 6 + 5, "drops/s": 5}
+    for column, justify in columns:
+        table.add_column(column, justify=justify, no_wrap=True, min_width=keep.get(column))
+    for r in shown:
+        arrow = {"up": "↑", "down": "↓"}.get(r.direction, "")
+        reasons = ",".join(sorted(r.drops_delta))
+        cells = [r.switch, r.port, f"{arrow}{r.peer}", _bps(r.tx_bps), _bps(r.rx_bps), _bar(r.util)]
+        if has_model:
+            cells.append("-" if r.model_util is None else f"{r.model_util:.0%}")
+        if has_queue:
+            cells.append("-" if r.queue_bytes is None else f"{r.queue_bytes:,}")
+        cells += [f"[bold red]{r.drops_per_s:,.0f}[/] {reasons}" if r.drops_per_s else "0",
+                  f"{r.ecn_per_s:,.0f}"]
+        if not one_speed:
+            cells.append(f"{_bps(r.speed_bps)}/{_bps(r.nominal_bps)}")
+        table.add_row(*cells)
+    total = sum(r.drops_total for r in rows)
+    caption = (f"{len(rows)} ports; uplinks carry {_bps(sum(r.tx_bps for r in up))}b/s upward; "
+               f"drops {drops:,.0f}/s ({total:,} since start). Rates in b/s from counter deltas; util = tx / emulated speed")
+    if one_speed and rows:
+        emulated, nominal = next(iter(speeds))
+        caption += f" ({_bps(emulated)}b/s emulated, {_bps(nominal)}b/s nominal)" if emulated else \
+            " (no port model)"
+    caption += "; model = port model's own utilisation."
+    if len(shown) < len(rows):
+        caption += f" {len(rows) - len(shown)} quieter ports not shown (--limit)."
+    table.caption = caption
+    return table
+
+
+def poll(lab: str, switch: str | None = None) -> tuple[dict, float]:
+    from dataplane.runtime import agent_client
+
+    before = time.monotonic()
+    counters = agent_client.request(lab, "counters", switch=switch)
+    return counters, (before + time.monotonic()) / 2
+
+
+def run(args) -> int:
+    from rich.console import Console
+
+    if args.interval <= 0:
+        from dataplane.errors import RailabError
+        raise RailabError(f"--interval {args.interval}: must be more than 0 seconds")
+    lab = single_lab(args.lab)
+    spec = load_lab(lab).spec
+    console = Console()
+    prev, t_prev = poll(lab, args.switch)
+    if args.once:
+        time.sleep(args.interval)
+        cur, t_cur = poll(lab, args.switch)
+        rows = compute_rows(prev, cur, t_cur - t_prev, spec)
+        console.print(build_table(rows, lab=lab, interval=args.interval, limit=args.limit))
+        return 0
+    from rich.live import Live
+
+    def limit() -> int:
+        return args.limit if args.limit is not None else max(5, console.size.height - 9)
+
+    try:
+        with Live(build_table([], lab=lab, interval=args.interval), console=console,
+                  refresh_per_second=max(1.0, min(10.0, 2 / args.interval)), screen=False,
+                  vertical_overflow="crop") as live:
+            while True:
+                time.sleep(args.interval)
+                cur, t_cur = poll(lab, args.switch)
+                rows = compute_rows(prev, cur, t_cur - t_prev, spec)
+                live.update(build_table(rows, lab=lab, interval=args.interval, limit=limit(),
+                                        stamp=time.strftime("%H:%M:%S")))
+                prev, t_prev = cur, t_cur
+    except KeyboardInterrupt:
+        return 0

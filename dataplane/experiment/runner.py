@@ -1,0 +1,194 @@
+"""Runs an experiment: the same workload once per load-balancing mode (and, for a sweep,
+once per hash seed) on one deployed lab, measured at the receivers and at the switches.
+
+A run: set the mode -> snapshot counters -> receivers up in every destination host ->
+senders in every source host -> senders done -> receivers finish -> snapshot counters.
+The run's record (see dataplane.report) holds per-link bytes from the data plane's
+counters and per-flow statistics from the receivers.
+"""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from ipaddress import IPv4Interface
+
+from dataplane.experiment.spec import Experiment, ModeSpec
+from dataplane.lb import Fabric
+from dataplane.runtime.labspec import LabSpec
+from dataplane.traffic import workload as wl
+from dataplane.traffic.hostrun import flow_to_json  # noqa: F401 (re-exported)
+
+RECEIVER_GRACE_S = 0.4
+
+
+def workload_hosts(spec: LabSpec) -> list[dict]:
+    """The lab's hosts as the workload generator wants them: one NIC per GPU, in rail
+    order. A dual-plane NIC is named by its first port; the sender spreads its flows
+    over all of the NIC's ports."""
+    hosts = []
+    for host in spec.hosts:
+        nics = []
+        for index, nic in enumerate(spec.host_nics.get(host.name, [])):
+            port = host.interface(nic.ports[0])
+            rail = port.rail if port.rail is not None else index
+            nics.append({"ifname": nic.ports[0], "ip": str(IPv4Interface(nic.address).ip), "rail": rail})
+        hosts.append({"name": host.name, "nics": nics})
+    return hosts
+
+
+def _ports_of_nic(spec: LabSpec, host: str, first_port: str) -> list[str]:
+    for nic in spec.host_nics.get(host, []):
+        if nic.ports[0] == first_port:
+            return nic.ports
+    return [first_port]
+
+
+@dataclass
+class _HostProcs:
+    host: str
+    netns: str
+    receiver: subprocess.Popen | None = None
+    sender: subprocess.Popen | None = None
+
+
+def _spawn(args: list[str]) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "dataplane.traffic.hostrun", *args],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+
+
+def _link_bytes(spec: LabSpec, before: dict, after: dict) -> list[dict]:
+    roles = {n.name: n.role for n in spec.nodes}
+    b_sw, a_sw = before["switches"], after["switches"]
+
+    def delta(node: str, port: str, field: str) -> int | None:
+        if node not in a_sw or port not in a_sw[node]["ports"]:
+            return None
+        return a_sw[node]["ports"][port][field] - b_sw[node]["ports"][port][field]
+
+    links, seen = [], set()
+    for node in spec.nodes:
+        for iface in node.interfaces:
+            peer_node, peer_if = iface.peer.split(":", 1)
+            key = frozenset((f"{node.name}:{iface.name}", iface.peer))
+            if key in seen:
+                continue
+            seen.add(key)
+            a, b = (node.name, iface.name), (peer_node, peer_if)
+            # Orient links upwards (host -> leaf -> spine -> core) so that a->b is "up".
+            order = {"host": 0, "leaf": 1, "spine": 2, "core": 3}
+            if order[roles[a[0]]] > order[roles[b[0]]]:
+                a, b = b, a
+            ab = [delta(*a, "tx_bytes"), delta(*b, "rx_bytes")]
+            ba = [delta(*b, "tx_bytes"), delta(*a, "rx_bytes")]
+            pab = [delta(*a, "tx_packets"), delta(*b, "rx_packets")]
+            pba = [delta(*b, "tx_packets"), delta(*a, "rx_packets")]
+            first = lambda xs: next((x for x in xs if x is not None), 0)  # noqa: E731
+            port = a_sw.get(a[0], {}).get("ports", {}).get(a[1], {}) or \
+                a_sw.get(b[0], {}).get("ports", {}).get(b[1], {})
+            links.append({
+                "a": f"{a[0]}:{a[1]}", "b": f"{b[0]}:{b[1]}", "a_role": roles[a[0]], "b_role": roles[b[0]],
+                "bytes_ab": first(ab), "bytes_ba": first(ba),
+                "packets_ab": first(pab), "packets_ba": first(pba),
+                "speed_bps": iface.speed_bps, "scaled_bps": port.get("scaled_bps"),
+            })
+    return links
+
+
+def _switch_totals(before: dict, after: dict) -> dict:
+    drops: dict[str, int] = {}
+    ecn = 0
+    for name, data in after["switches"].items():
+        for port, c in data["ports"].items():
+            old = before["switches"][name]["ports"][port]
+            for reason, n in c.get("drops", {}).items():
+                d = n - old.get("drops", {}).get(reason, 0)
+                if d:
+                    drops[reason] = drops.get(reason, 0) + d
+            ecn += c.get("ecn_marked", 0) - old.get("ecn_marked", 0)
+    return {"drops": sum(drops.values()), "drops_by_reason": drops, "ecn_marked": ecn}
+
+
+def apply_mode(fabric: Fabric, mode: ModeSpec, seed: int | None = None) -> None:
+    options = dict(mode.options)
+    if seed is not None:
+        options["seed"] = seed
+    fabric.set_mode(mode.mode, **options)
+
+
+def run_once(spec: LabSpec, experiment: Experiment, flows: list[wl.Flow], label: str,
+             seed: int | None) -> dict:
+    fabric = Fabric(spec.name)
+    by_name = {n.name: n for n in spec.nodes}
+    senders: dict[str, list[dict]] = {}
+    for i, flow in enumerate(flows):
+        ports = _ports_of_nic(spec, flow.src_host, flow.src_ifname)
+        senders.setdefault(flow.src_host, []).append(
+            {"port": ports[flow.flow_id % len(ports)], "flow": flow_to_json(flow)})
+    receivers = sorted({f.dst_host for f in flows if f.dst_host})
+
+    procs: dict[str, _HostProcs] = {h: _HostProcs(h, by_name[h].netns) for h in set(senders) | set(receivers)}
+    before = fabric.counters()
+    try:
+        for host in receivers:
+            ports = [i.name for i in by_name[host].interfaces]
+            procs[host].receiver = _spawn(["recv", "--netns", procs[host].netns, "--ports", ",".join(ports)])
+        for host in receivers:
+            line = procs[host].receiver.stdout.readline().strip()
+            if line != "ready":
+                err = procs[host].receiver.stderr.read().strip().splitlines()
+                raise RuntimeError(f"receiver in {host} failed: {err[-1] if err else line}")
+        started = time.monotonic()
+        for host, items in senders.items():
+            gateway = {i.name: i.peer_mac for i in by_name[host].interfaces}
+            proc = _spawn(["send", "--netns", procs[host].netns, "--duration", str(experiment.duration_s)])
+            proc.stdin.write(json.dumps({"flows": items, "gateway_mac": gateway}))
+            proc.stdin.close()
+            procs[host].sender = proc
+        sent: dict[str, int] = {}
+        for host in senders:
+            proc = procs[host].sender
+            out, err = proc.stdout.read(), proc.stderr.read()
+            proc.wait(timeout=experiment.duration_s + 60)
+            if proc.returncode != 0:
+                raise RuntimeError(f"sender in {host} failed: {err.strip().splitlines()[-1] if err.strip() else '?'}")
+            sent.update(json.loads(out)["per_flow_packets"])
+        elapsed = time.monotonic() - started
+        time.sleep(RECEIVER_GRACE_S)
+        flow_stats: dict[str, dict] = {}
+        for host in receivers:
+            # Only this host's flows: the receiver books every flow it is told of.
+            mine = {str(f.flow_id): sent.get(str(f.flow_id), 0) for f in flows if f.dst_host == host}
+            out, err = procs[host].receiver.communicate(json.dumps({"per_flow_packets": mine}) + "\n", timeout=60)
+            if procs[host].receiver.returncode != 0:
+                raise RuntimeError(f"receiver in {host} failed: {err.strip().splitlines()[-1] if err.strip() else '?'}")
+            flow_stats.update(json.loads(out)["flows"])
+    finally:
+        for p in procs.values():
+            for proc in (p.sender, p.receiver):
+                if proc is not None and proc.poll() is None:
+                    proc.kill()
+                    proc.wait()
+    after = fabric.counters()
+
+    flow_records = []
+    for flow in flows:
+        stats = flow_stats.get(str(flow.flow_id), {"packets": 0, "bytes": 0, "payload_bytes": 0,
+                                                  "lost": sent.get(str(flow.flow_id), 0),
+                                                  "out_of_order": 0, "completions_us": []})
+        flow_records.append({
+            **stats, "flow_id": flow.flow_id, "cls": flow.cls,
+            "src": f"{flow.src_host}:{flow.src_ifname}", "dst": f"{flow.dst_host}:{flow.dst_ifname}",
+            "offered_bps": flow.rate_bps, "sent_packets": sent.get(str(flow.flow_id), 0),
+        })
+    return {
+        # Loads are bytes over the sending time; wall time adds process start-up.
+        "mode": label, "seed": seed, "duration_s": experiment.duration_s, "wall_s": elapsed,
+        "nodes": [{"name": n.name, "role": n.role, "rail": n.rail, "plane": n.plane} for n in spec.nodes],
+        "links": _link_bytes(spec, before, after),
+        "flows": flow_records,
+        "switches": _switch_totals(before, after),
+    }

@@ -1,0 +1,109 @@
+"""One `railab run`: deploy (or reuse) the lab, run every mode and sweep, write results.
+
+The results folder holds results.json (every run and every metric), the plots, and the
+table as text. A lab this run deployed is destroyed at the end unless the experiment says
+`reuse_lab: true`; a lab that was already up is left as it was found.
+"""
+from __future__ import annotations
+
+import json
+import time
+from contextlib import nullcontext
+from pathlib import Path
+
+from dataplane.experiment import runner
+from dataplane.experiment.spec import Experiment, ModeSpec
+from dataplane.lb import Fabric
+from dataplane.runtime import labspec, lifecycle, state
+from dataplane.topology import clab
+from dataplane.traffic import workload as wl
+
+
+def _steps(exp: Experiment) -> int:
+    return len(exp.modes) + (exp.sweep["seeds"] if exp.sweep else 0)
+
+
+def run(exp: Experiment, progress=None) -> tuple[dict, Path]:
+    from dataplane.report import metrics
+
+    topo = clab.read(exp.lab_file)
+    spec = labspec.build(topo, str(exp.lab_file))
+    task = progress.add_task(f"{exp.name}: deploying {spec.name}", total=_steps(exp) + 1) if progress else None
+
+    def advance(text: str) -> None:
+        if progress:
+            progress.update(task, advance=1, description=f"{exp.name}: {text}")
+
+    deployed_here = not lifecycle.is_up(spec.name)
+    if deployed_here:
+        lifecycle.deploy(spec)
+    else:
+        spec = state.load(spec.name).spec
+    try:
+        fabric = Fabric(spec.name)
+        if exp.port_model:
+            fabric.set_port_model(**exp.port_model)
+        flows = wl.generate(exp.workload, runner.workload_hosts(spec))
+        advance(f"{len(flows)} flows")
+        results: dict = {
+            "experiment": exp.name, "lab": spec.name, "lab_file": str(exp.lab_file),
+            "started": time.strftime("%Y-%m-%dT%H:%M:%S"), "duration_s": exp.duration_s,
+            "flows": len(flows), "port_model": fabric.show().get("port_model"),
+            "modes": {}, "sweeps": {},
+        }
+        for mode in exp.modes:
+            runner.apply_mode(fabric, mode)
+            advance(f"running {mode.label}")
+            one = runner.run_once(spec, exp, flows, mode.label, None)
+            results["modes"][mode.label] = {"mode": mode.mode, "options": mode.options, "runs": [one],
+                                            "metrics": metrics.run_metrics(one)}
+        if exp.sweep:
+            sweep = exp.sweep
+            options = {"role": sweep["role"]} if sweep.get("role") else {}
+            mode = ModeSpec(sweep["mode"], f"{sweep['mode']} sweep", options)
+            runs = []
+            for seed in range(sweep["first_seed"], sweep["first_seed"] + sweep["seeds"]):
+                runner.apply_mode(fabric, mode, seed)
+                advance(f"{mode.label}: seed {seed}")
+                runs.append(runner.run_once(spec, exp, flows, mode.label, seed))
+            results["sweeps"][mode.label] = {"mode": mode.mode, "runs": runs,
+                                             "summary": metrics.mode_summary(runs),
+                                             "idle_uplinks": metrics.idle_summary(runs)}
+        # Leave the lab's load balancing as the experiment found it.
+        fabric.set_mode("ecmp", seed="auto")
+    finally:
+        if deployed_here and not exp.reuse_lab:
+            lifecycle.destroy(spec.name)
+    folder = write(results, exp)
+    return results, folder
+
+
+def report_view(results: dict) -> dict[str, list[dict]]:
+    """What dataplane.report reads: label -> runs (several runs = a seed sweep)."""
+    view = {label: m["runs"] for label, m in results["modes"].items()}
+    view.update({label: s["runs"] for label, s in results["sweeps"].items()})
+    return view
+
+
+def write(results: dict, exp: Experiment) -> Path:
+    from dataplane.report import plots, sweep, table
+
+    folder = exp.output / f"{exp.name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    folder.mkdir(parents=True, exist_ok=True)
+    view = report_view(results)
+    (folder / "results.json").write_text(json.dumps(results, indent=1))
+    text = table.render_text(view, title=exp.name)
+    if results["sweeps"]:
+        text += "\n" + sweep.render_sweep_text(view)
+    (folder / "table.txt").write_text(text)
+    results["plots"] = [str(p) for p in plots.write_plots(view, folder)]
+    (folder / "results.json").write_text(json.dumps(results, indent=1))
+    return folder
+
+
+def progress_bar(enabled: bool):
+    if not enabled:
+        return nullcontext(None)
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    return Progress(TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(), transient=True)

@@ -1,0 +1,170 @@
+"""Experiment files: which lab, which modes to compare, which workload, how long.
+
+```yaml
+name: ecmp-vs-spray
+lab: ../labs/rail-optimized/rail-optimized.clab.yml   # relative to this file
+duration: 2s
+modes: [ecmp, {mode: spray-rr}, {mode: flowlet, flowlet_timeout_us: 200, role: leaf}]
+workload: elephants.yml            # or the workload inline, as a mapping
+port_model: {scale: 0.00025, buffer_bytes: 32768, ecn_bytes: 8192}   # optional
+sweep: {mode: ecmp, seeds: 30, first_seed: 1, role: leaf}           # optional
+output: results                     # folder (from the current directory) for <name>-<time>/
+```
+Everything is checked before anything is deployed; errors are one line naming the file
+and the field.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import jsonschema
+import yaml
+
+from dataplane.errors import RailabError
+from dataplane.traffic import workload as wl
+
+MODES = ("ecmp", "lbn", "flowlet", "spray-rr", "spray-random", "spraylink", "wcmp")
+
+
+class ExperimentError(RailabError):
+    pass
+
+
+_MODE_OBJECT = {
+    "type": "object",
+    "required": ["mode"],
+    "properties": {
+        "mode": {"enum": list(MODES)},
+        "label": {"type": "string"},
+        "role": {"enum": ["leaf", "spine", "core"]},
+        "switch": {"type": "string"},
+        "seed": {"type": ["integer", "string"]},
+        "hash_fields": {"type": "array", "items": {"type": "string"}},
+        "flowlet_timeout_us": {"type": "number", "exclusiveMinimum": 0},
+        "busy_util": {"type": "number", "minimum": 0, "maximum": 1},
+        "busy_timeout_us": {"type": "number", "exclusiveMinimum": 0},
+        "weights": {},
+        "bandwidth": {"type": "boolean"},
+    },
+    "additionalProperties": False,
+}
+
+SCHEMA = {
+    "type": "object",
+    "required": ["name", "lab", "modes", "workload"],
+    "properties": {
+        "name": {"type": "string", "pattern": "^[A-Za-z0-9][A-Za-z0-9._-]*$"},
+        "lab": {"type": "string", "minLength": 1},
+        "duration": {"type": ["string", "number"]},
+        "modes": {"type": "array", "minItems": 1,
+                  "items": {"anyOf": [{"enum": list(MODES)}, _MODE_OBJECT]}},
+        "workload": {"type": ["string", "object"]},
+        "port_model": {
+            "type": "object",
+            "properties": {
+                "scale": {"type": "number", "minimum": 0, "maximum": 1},
+                "buffer_bytes": {"type": "integer", "minimum": 1},
+                "ecn_bytes": {"type": "integer", "minimum": -1},
+                "window_us": {"type": "number", "exclusiveMinimum": 0},
+            },
+            "additionalProperties": False,
+        },
+        "sweep": {
+            "type": "object",
+            "required": ["seeds"],
+            "properties": {
+                "mode": {"enum": list(MODES)},
+                "seeds": {"type": "integer", "minimum": 1, "maximum": 10000},
+                "first_seed": {"type": "integer", "minimum": 0},
+                "role": {"enum": ["leaf", "spine", "core"]},
+            },
+            "additionalProperties": False,
+        },
+        "output": {"type": "string"},
+        "reuse_lab": {"type": "boolean"},
+    },
+    "additionalProperties": False,
+}
+
+
+@dataclass
+class ModeSpec:
+    mode: str
+    label: str
+    options: dict = field(default_factory=dict)
+
+
+@dataclass
+class Experiment:
+    name: str
+    source: Path
+    lab_file: Path
+    duration_s: float
+    modes: list[ModeSpec]
+    workload: wl.Workload
+    port_model: dict
+    sweep: dict | None
+    output: Path
+    reuse_lab: bool
+
+
+def _where(error: jsonschema.ValidationError) -> str:
+    return ".".join(str(p) for p in error.absolute_path) or "(top level)"
+
+
+def load(path: str | Path) -> Experiment:
+    source = Path(path)
+    try:
+        text = source.read_text()
+    except FileNotFoundError:
+        raise ExperimentError(f"{source}: file not found") from None
+    except OSError as err:
+        raise ExperimentError(f"{source}: cannot read: {err.strerror}") from None
+    try:
+        doc = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f" (line {mark.line + 1})" if mark else ""
+        raise ExperimentError(f"{source}: not valid YAML{where}") from None
+    if not isinstance(doc, dict):
+        raise ExperimentError(f"{source}: an experiment is a mapping with name, lab, modes and workload")
+    errors = sorted(jsonschema.Draft7Validator(SCHEMA).iter_errors(doc), key=lambda e: e.path)
+    if errors:
+        err = errors[0]
+        raise ExperimentError(f"{source}: {_where(err)}: {err.message}")
+
+    base = source.parent
+    lab_file = (base / doc["lab"]).resolve()
+    if not lab_file.is_file():
+        raise ExperimentError(f"{source}: lab: {doc['lab']} not found (looked at {lab_file})")
+    duration = wl.parse_duration(doc.get("duration", "2s"))
+    if duration <= 0 or duration > 600:
+        raise ExperimentError(f"{source}: duration: must be between 0 and 600 seconds")
+
+    raw_workload = doc["workload"]
+    if isinstance(raw_workload, str):
+        wpath = base / raw_workload
+        if not wpath.is_file():
+            raise ExperimentError(f"{source}: workload: {raw_workload} not found")
+        workload = wl.load(wpath)
+    else:
+        workload = wl.load_dict({"duration": duration, **raw_workload}, f"{source}: workload")
+
+    modes = []
+    seen = set()
+    for item in doc["modes"]:
+        entry = {"mode": item} if isinstance(item, str) else dict(item)
+        mode = entry.pop("mode")
+        label = entry.pop("label", mode)
+        if label in seen:
+            raise ExperimentError(f"{source}: modes: {label} appears twice (give each a distinct label)")
+        seen.add(label)
+        modes.append(ModeSpec(mode, label, entry))
+    sweep = doc.get("sweep")
+    if sweep is not None:
+        sweep = {"mode": "ecmp", "first_seed": 1, **sweep}
+    # Results go where the user runs the command, as containerlab's lab directories do.
+    output = Path(doc.get("output", "results"))
+    return Experiment(doc["name"], source, lab_file, duration, modes, workload,
+                      doc.get("port_model", {}), sweep, output, bool(doc.get("reuse_lab", False)))

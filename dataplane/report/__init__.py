@@ -1,0 +1,27 @@
+"""Results of experiments as numbers, tables and pictures.
+
+metrics  definitions of every number (run_metrics, mode_summary, expected_idle, ...)
+table    rich tables and their plain-text rendering
+plots    PNG pictures (write_plots)
+sweep    seed-sweep distributions and the idle-uplink histogram
+Input everywhere: the runner's RUN dicts (see metrics' docstring), grouped by mode.
+"""
+from __future__ import annotations
+
+from dataplane.report.metrics import expected_idle, group_runs, mode_summary, run_metrics
+
+
+def write_plots(results, folder):
+    """plots.write_plots, imported lazily (matplotlib is slow to import)."""
+    from dataplane.report.plots import write_plots as _write
+
+    return _write(results, folder)
+
+
+def render_text(results, title=None):
+    from dataplane.report.table import render_text as _render
+
+    return _render(results, title)
+
+
+__all__ = ["expected_idle", "group_runs", "mode_summary", "run_metrics", "write_plots", "render_text"]

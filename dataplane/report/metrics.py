@@ -1,0 +1,384 @@
+"""Numbers that compare load-balancing modes, computed from the runner's RUN dicts.
+
+Every definition lives here (the table, the plots and the sweep helpers only format
+them). A RUN is the JSON-serialisable dict the experiment runner writes per mode and run:
+``mode``, ``seed``, ``duration_s``, ``nodes``, ``links`` (byte/packet counters per
+direction), ``flows`` (receiver statistics), ``switches`` (drops, ECN marks) and the
+optional ``timeline`` and ``events``.
+
+Definitions (``D`` = run["duration_s"]):
+
+* **uplink**: a link going one tier up: leaf->spine or spine->core (``a_role``/``b_role``;
+  a link written the other way round, spine/leaf, is read in its b->a direction). Its
+  *load* is the bytes sent upwards x 8 / D (b/s). Downward directions and host links are
+  not uplinks.
+* ``goodput_bps`` = sum over flows of payload_bytes x 8 / D; ``elephant_goodput_bps``
+  the same over flows of class "elephant".
+* ``offered_bps`` = sum of the flows' offered_bps.
+* ``uplink_max_mean`` = max uplink load / mean uplink load; 1.0 when every uplink carried
+  nothing (nothing to balance); None when the fabric has no uplinks (rail-only).
+* ``jain`` = Jain's fairness index over uplink loads, (sum x)^2 / (n sum x^2): 1 = all
+  equal, 1/n = everything on one uplink; 1.0 when all loads are 0; None without uplinks.
+* ``uplink_cv`` = standard deviation / mean of uplink loads (population std; 0 when all 0).
+* ``max_uplink_util`` = max over uplinks of load / emulated port speed (scaled_bps);
+  None when no uplink has a scaled speed.
+* ``idle_uplinks`` = uplinks that carried less than IDLE_FRACTION (1%) of the bytes of
+  the busiest uplink of the same run (all uplinks are idle when none carried anything).
+  ``idle_leaf_uplinks`` counts only leaf->spine uplinks.
+* ``expected_idle_uplinks`` = sum over leaves of expected_idle(n_leaf, m_leaf): m_leaf =
+  the leaf's uplinks, n_leaf = elephant flows whose source NIC is on that leaf and whose
+  destination NIC is on another leaf (they must go up). None when a flow endpoint
+  cannot be placed on exactly one leaf, or the fabric has no leaf uplinks.
+* ``loss_packets`` = sum of flows' lost; ``loss_pct`` = loss_packets / sum sent_packets
+  x 100 (falls back to lost + received when sent_packets is missing).
+* ``reorder_pct`` = sum out_of_order / sum packets (received) x 100; 0 when nothing
+  was received.
+* ``fct_p50_us`` / ``fct_p99_us`` = 50th / 99th percentile of the message completion
+  times (completions_us) of all flows, linear interpolation between closest ranks
+  (numpy's default); None when no message completed. ``mice_fct_p99_us`` over flows of
+  class "mice" only.
+* ``drops`` / ``ecn_marked`` = run["switches"]["drops"] / ["ecn_marked"] (switch
+  counters); ``ce_packets`` = sum of the flows' ce (CE-marked packets received).
+* ``messages_completed`` / ``messages_incomplete`` = sums over flows.
+
+`mode_summary(runs)` gives, per metric, mean, std (sample std, n-1; 0 for one run),
+min, p50, max and the per-run values; None values (not applicable) are left out.
+"""
+from __future__ import annotations
+
+import math
+import re
+from collections import defaultdict
+
+import numpy as np
+
+IDLE_FRACTION = 0.01
+UP_PAIRS = {("leaf", "spine"): "leaf-spine", ("spine", "core"): "spine-core"}
+
+# Scalar metrics of run_metrics, in display order (mode_summary summarises these).
+METRIC_KEYS = (
+    "goodput_bps", "elephant_goodput_bps", "offered_bps", "uplink_max_mean", "jain", "uplink_cv",
+    "max_uplink_util", "idle_uplinks", "idle_leaf_uplinks", "expected_idle_uplinks", "uplinks",
+    "loss_packets", "loss_pct", "reorder_pct", "out_of_order", "duplicates", "fct_p50_us",
+    "fct_p99_us", "mice_fct_p99_us", "drops", "ecn_marked", "ce_packets", "messages_completed",
+    "messages_incomplete",
+)
+
+
+def natural_key(text: str) -> list:
+    """Sort key that puts leaf2 before leaf10."""
+    return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", str(text))]
+
+
+def run_label(run: dict) -> str:
+    """The name a run is shown under: its label if the runner gave one, else its mode."""
+    return str(run.get("label") or run.get("mode") or "?")
+
+
+def duration(run: dict) -> float:
+    d = float(run.get("duration_s") or 0.0)
+    return d if d > 0 else 1.0
+
+
+def uplinks(run: dict) -> list[dict]:
+    """Uplinks of a run, in natural order: {name, lower, upper, node, tier, bytes, packets,
+    load_bps, speed_bps, scaled_bps, util}. util = load / scaled_bps (None if unknown)."""
+    d = duration(run)
+    out = []
+    for link in run.get("links", []):
+        roles = (link.get("a_role"), link.get("b_role"))
+        if roles in UP_PAIRS:
+            lower, upper, direction, tier = link["a"], link["b"], "ab", UP_PAIRS[roles]
+        elif roles[::-1] in UP_PAIRS:
+            lower, upper, direction, tier = link["b"], link["a"], "ba", UP_PAIRS[roles[::-1]]
+        else:
+            continue
+        nbytes = int(link.get(f"bytes_{direction}") or 0)
+        load = nbytes * 8 / d
+        scaled = link.get("scaled_bps")
+        out.append({
+            "name": lower, "lower": lower, "upper": upper, "node": lower.split(":", 1)[0], "tier": tier,
+            "bytes": nbytes, "packets": int(link.get(f"packets_{direction}") or 0), "load_bps": load,
+            "speed_bps": link.get("speed_bps"), "scaled_bps": scaled,
+            "util": load / scaled if scaled else None,
+        })
+    out.sort(key=lambda u: natural_key(u["lower"]))
+    return out
+
+
+def jain_index(values) -> float | None:
+    """(sum x)^2 / (n sum x^2); 1.0 for all-zero values, None for no values."""
+    xs = [float(v) for v in values]
+    if not xs:
+        return None
+    square_sum = sum(x * x for x in xs)
+    if square_sum == 0:
+        return 1.0
+    return sum(xs) ** 2 / (len(xs) * square_sum)
+
+
+def max_mean(values) -> float | None:
+    """max / mean; 1.0 when the mean is 0, None for no values."""
+    xs = [float(v) for v in values]
+    if not xs:
+        return None
+    mean = sum(xs) / len(xs)
+    return 1.0 if mean == 0 else max(xs) / mean
+
+
+def idle_count(values, fraction: float = IDLE_FRACTION) -> int:
+    """How many values are below `fraction` of the largest (all of them if the largest is 0)."""
+    xs = [float(v) for v in values]
+    if not xs:
+        return 0
+    top = max(xs)
+    if top <= 0:
+        return len(xs)
+    return sum(1 for x in xs if x < fraction * top)
+
+
+def expected_idle(n: int, m: int) -> float:
+    """Expected number of empty uplinks when n equal elephants are hashed uniformly and
+    independently onto m uplinks: m (1 - 1/m)^n (each uplink is missed by all n)."""
+    if m <= 0:
+        return 0.0
+    return m * (1 - 1 / m) ** n
+
+
+def percentile(values, q: float) -> float | None:
+    xs = [float(v) for v in values]
+    if not xs:
+        return None
+    return float(np.percentile(xs, q))
+
+
+def completions(run: dict, cls: str | None = None) -> list[float]:
+    """All message completion times (µs) of a run, optionally of one flow class."""
+    out: list[float] = []
+    for flow in run.get("flows", []):
+        if cls is None or flow.get("cls") == cls:
+            out.extend(float(x) for x in flow.get("completions_us") or [])
+    return out
+
+
+def reorder_histogram(run: dict) -> dict[int, int]:
+    """Reorder distance -> packets, summed over flows (keys may be str in JSON)."""
+    hist: dict[int, int] = defaultdict(int)
+    for flow in run.get("flows", []):
+        for k, v in (flow.get("reorder_hist") or {}).items():
+            hist[int(k)] += int(v)
+    return dict(sorted(hist.items()))
+
+
+def _host_port_leaf(run: dict) -> dict[str, str]:
+    """host port "srv1:nic0" -> the leaf node it is cabled to."""
+    out = {}
+    for link in run.get("links", []):
+        if link.get("a_role") == "host" and link.get("b_role") == "leaf":
+            out[link["a"]] = link["b"].split(":", 1)[0]
+        elif link.get("b_role") == "host" and link.get("a_role") == "leaf":
+            out[link["b"]] = link["a"].split(":", 1)[0]
+    return out
+
+
+def _leaf_of(endpoint: str, port_leaf: dict[str, str]) -> str | None:
+    if endpoint in port_leaf:
+        return port_leaf[endpoint]
+    # "srv1:nic0" for a dual-plane NIC with ports nic0a/nic0b: only if they share a leaf
+    leaves = {leaf for port, leaf in port_leaf.items() if port.startswith(endpoint)}
+    return leaves.pop() if len(leaves) == 1 else None
+
+
+def leaf_elephants(run: dict) -> dict[str, tuple[int, int]] | None:
+    """leaf -> (n, m): n = elephant flows that must leave the leaf upwards (source NIC on it,
+    destination NIC on another leaf), m = its leaf->spine uplinks. None when the fabric has
+    no leaf uplinks or an elephant's endpoint cannot be placed on exactly one leaf."""
+    per_leaf: dict[str, int] = defaultdict(int)
+    for up in uplinks(run):
+        if up["tier"] == "leaf-spine":
+            per_leaf[up["node"]] += 1
+    if not per_leaf:
+        return None
+    port_leaf = _host_port_leaf(run)
+    crossing: dict[str, int] = defaultdict(int)
+    for flow in run.get("flows", []):
+        if flow.get("cls") != "elephant":
+            continue
+        src, dst = _leaf_of(str(flow.get("src")), port_leaf), _leaf_of(str(flow.get("dst")), port_leaf)
+        if src is None or dst is None:
+            return None
+        if src != dst:
+            crossing[src] += 1
+    return {leaf: (crossing.get(leaf, 0), m) for leaf, m in sorted(per_leaf.items())}
+
+
+def expected_idle_for_run(run: dict) -> float | None:
+    """Expected idle leaf->spine uplinks if every leaf hashed its crossing elephants
+    uniformly at random: sum over leaves of expected_idle(n_leaf, m_leaf); None when
+    leaf_elephants cannot tell."""
+    per_leaf = leaf_elephants(run)
+    if per_leaf is None:
+        return None
+    return sum(expected_idle(n, m) for n, m in per_leaf.values())
+
+
+def idle_pmf(n: int, m: int) -> list[float]:
+    """P(exactly k of m uplinks get none of n uniformly hashed elephants), k = 0..m
+    (occupancy distribution, by dynamic programming over the elephants)."""
+    if m <= 0:
+        return [1.0]
+    occupied = [0.0] * (m + 1)
+    occupied[0] = 1.0
+    for _ in range(n):
+        nxt = [0.0] * (m + 1)
+        for k, p in enumerate(occupied):
+            if p:
+                nxt[k] += p * k / m
+                if k < m:
+                    nxt[k + 1] += p * (m - k) / m
+        occupied = nxt
+    return [occupied[m - k] for k in range(m + 1)]
+
+
+def expected_idle_pmf_for_run(run: dict) -> list[float] | None:
+    """Distribution of the number of idle leaf uplinks of the whole fabric under uniform
+    random hashing (per-leaf occupancy distributions convolved); None when unknown."""
+    per_leaf = leaf_elephants(run)
+    if per_leaf is None:
+        return None
+    total = [1.0]
+    for n, m in per_leaf.values():
+        total = [float(x) for x in np.convolve(total, idle_pmf(n, m))]
+    return total
+
+
+def _sum(flows, key) -> int:
+    return sum(int(f.get(key) or 0) for f in flows)
+
+
+def run_metrics(run: dict) -> dict:
+    """All scalar metrics of one run (definitions in the module docstring)."""
+    d = duration(run)
+    flows = run.get("flows", [])
+    ups = uplinks(run)
+    loads = [u["load_bps"] for u in ups]
+    utils = [u["util"] for u in ups if u["util"] is not None]
+    leaf_loads = [u["load_bps"] for u in ups if u["tier"] == "leaf-spine"]
+    received = _sum(flows, "packets")
+    sent = _sum(flows, "sent_packets")
+    lost = _sum(flows, "lost")
+    sent_total = sent if sent else received + lost
+    out_of_order = _sum(flows, "out_of_order")
+    fct = completions(run)
+    mice = completions(run, "mice")
+    switches = run.get("switches") or {}
+    mean = sum(loads) / len(loads) if loads else 0.0
+    return {
+        "mode": run.get("mode"),
+        "label": run_label(run),
+        "seed": run.get("seed"),
+        "duration_s": d,
+        "goodput_bps": sum(int(f.get("payload_bytes") or 0) for f in flows) * 8 / d,
+        "elephant_goodput_bps": sum(int(f.get("payload_bytes") or 0) for f in flows
+                                    if f.get("cls") == "elephant") * 8 / d,
+        "offered_bps": float(sum(float(f.get("offered_bps") or 0) for f in flows)),
+        "uplink_max_mean": max_mean(loads),
+        "jain": jain_index(loads),
+        "uplink_cv": (float(np.std(loads)) / mean if mean else 0.0) if loads else None,
+        "max_uplink_util": max(utils) if utils else None,
+        "idle_uplinks": idle_count(loads) if loads else 0,
+        "idle_leaf_uplinks": idle_count(leaf_loads) if leaf_loads else 0,
+        "expected_idle_uplinks": expected_idle_for_run(run),
+        "uplinks": len(loads),
+        "loss_packets": lost,
+        "loss_pct": lost / sent_total * 100 if sent_total else 0.0,
+        "reorder_pct": out_of_order / received * 100 if received else 0.0,
+        "out_of_order": out_of_order,
+        "duplicates": _sum(flows, "duplicates"),
+        "fct_p50_us": percentile(fct, 50),
+        "fct_p99_us": percentile(fct, 99),
+        "mice_fct_p99_us": percentile(mice, 99),
+        "drops": int(switches.get("drops") or 0),
+        "ecn_marked": int(switches.get("ecn_marked") or 0),
+        "ce_packets": _sum(flows, "ce"),
+        "messages_completed": _sum(flows, "messages_completed"),
+        "messages_incomplete": _sum(flows, "messages_incomplete"),
+    }
+
+
+def distribution(values, percentiles=(50,)) -> dict | None:
+    """mean, std (sample, n-1; 0 for one value), min, p<q> for each q, max, n, values."""
+    xs = [float(v) for v in values if v is not None and not (isinstance(v, float) and math.isnan(v))]
+    if not xs:
+        return None
+    arr = np.asarray(xs)
+    out = {"mean": float(arr.mean()), "std": float(arr.std(ddof=1)) if len(xs) > 1 else 0.0,
+           "min": float(arr.min())}
+    for q in percentiles:
+        out[f"p{q:g}"] = float(np.percentile(arr, q))
+    out.update({"max": float(arr.max()), "n": len(xs), "values": xs})
+    return out
+
+
+def mode_summary(runs: list[dict], percentiles=(50,)) -> dict:
+    """Per metric of METRIC_KEYS: {mean, std, min, p50, max, n, values} over the runs
+    (runs where the metric is None are left out; a metric None everywhere maps to None).
+    Plus "runs": the per-run metric dicts, "seeds" and "label"."""
+    per_run = [run_metrics(r) for r in runs]
+    out: dict = {key: distribution([m[key] for m in per_run], percentiles) for key in METRIC_KEYS}
+    out["runs"] = per_run
+    out["seeds"] = [m["seed"] for m in per_run]
+    out["label"] = per_run[0]["label"] if per_run else None
+    return out
+
+
+def idle_summary(runs: list[dict]) -> dict:
+    """Measured idle leaf->spine uplinks over runs (mean, std, per-run values) against the
+    expected mean under uniform random hashing (mean of the per-run expectations)."""
+    per_run = [run_metrics(r) for r in runs]
+    measured = [m["idle_leaf_uplinks"] for m in per_run]
+    expected = [m["expected_idle_uplinks"] for m in per_run if m["expected_idle_uplinks"] is not None]
+    dist = distribution(measured)
+    return {
+        "runs": len(runs),
+        "measured": measured,
+        "measured_mean": dist["mean"] if dist else None,
+        "measured_std": dist["std"] if dist else None,
+        "expected_mean": float(np.mean(expected)) if expected else None,
+        "leaf_uplinks": sum(1 for u in uplinks(runs[0]) if u["tier"] == "leaf-spine") if runs else 0,
+    }
+
+
+def group_runs(results) -> dict[str, list[dict]]:
+    """Runs grouped by label (the run's label, else mode), in first-seen order.
+
+    Accepts a list of RUN dicts, a dict label -> RUN or list of RUNs, or an experiment
+    dict with "runs" (list) and optionally "sweep" (list, grouped as "<label> sweep")."""
+    groups: dict[str, list[dict]] = {}
+
+    def add(label: str, run: dict) -> None:
+        groups.setdefault(label, []).append(run)
+
+    if isinstance(results, dict) and ("runs" in results or "sweep" in results):
+        for run in results.get("runs") or []:
+            add(run_label(run), run)
+        for run in results.get("sweep") or []:
+            add(f"{run_label(run)} sweep", run)
+    elif isinstance(results, dict) and "links" in results and "flows" in results:
+        add(run_label(results), results)
+    elif isinstance(results, dict):
+        for label, value in results.items():
+            for run in value if isinstance(value, list) else [value]:
+                add(str(label), run)
+    else:
+        for run in results:
+            add(run_label(run), run)
+    return groups
+
+
+def results_title(results, default: str = "railab experiment") -> str:
+    if isinstance(results, dict):
+        for key in ("title", "name", "experiment"):
+            if isinstance(results.get(key), str):
+                return results[key]
+    return default

@@ -1,0 +1,178 @@
+"""Result tables: one rich Table per experiment, one row per mode (label).
+
+A mode with one run shows that run's numbers; a mode with several runs (a seed sweep)
+shows mean ± std over them, and the table gets a line comparing the measured mean of
+idle leaf uplinks with what uniform random hashing would leave idle.
+Metric definitions: dataplane/report/metrics.py.
+"""
+from __future__ import annotations
+
+import io
+
+from rich.console import Console
+from rich.table import Table
+
+from dataplane.report import metrics as m
+
+# (metric key, column header, formatter kind)
+COLUMNS = (
+    ("goodput_bps", "goodput", "bps"),
+    ("uplink_max_mean", "max/mean\nuplink", "ratio"),
+    ("jain", "Jain", "jain"),
+    ("idle_uplinks", "idle\nuplinks", "count"),
+    ("loss_packets", "loss\npkts", "count"),
+    ("reorder_pct", "reorder", "pct"),
+    ("fct_p50_us", "FCT p50", "us"),
+    ("fct_p99_us", "FCT p99", "us"),
+    ("drops", "drops", "count"),
+    ("ecn_marked", "ECN\nmarks", "count"),
+)
+
+
+def fmt_bps(bps: float | None) -> str:
+    """Human bit rate: 95.3 Mb/s, 1.20 Gb/s, 812 kb/s."""
+    if bps is None:
+        return "-"
+    for unit, div in (("Tb/s", 1e12), ("Gb/s", 1e9), ("Mb/s", 1e6), ("kb/s", 1e3)):
+        if abs(bps) >= div:
+            return f"{bps / div:.3g} {unit}"
+    return f"{bps:.3g} b/s"
+
+
+def fmt_us(us: float | None) -> str:
+    """Human duration from microseconds: 850 µs, 12.4 ms, 1.20 s."""
+    if us is None:
+        return "-"
+    if abs(us) >= 1e6:
+        return f"{us / 1e6:.3g} s"
+    if abs(us) >= 1e3:
+        return f"{us / 1e3:.3g} ms"
+    return f"{us:.3g} µs"
+
+
+def fmt_count(n: float | None) -> str:
+    if n is None:
+        return "-"
+    if float(n).is_integer():
+        return f"{int(n):,}"
+    return f"{n:,.1f}"
+
+
+def fmt_value(kind: str, value: float | None) -> str:
+    if value is None:
+        return "-"
+    if kind == "bps":
+        return fmt_bps(value)
+    if kind == "us":
+        return fmt_us(value)
+    if kind == "pct":
+        return f"{value:.2f} %" if value < 10 else f"{value:.1f} %"
+    if kind == "ratio":
+        return f"{value:.2f}"
+    if kind == "jain":
+        return f"{value:.3f}"
+    return fmt_count(value)
+
+
+def _fmt_spread(kind: str, dist: dict | None) -> str:
+    """mean ± std in the column's unit."""
+    if dist is None:
+        return "-"
+    mean = fmt_value(kind, dist["mean"])
+    if kind == "count":
+        return f"{dist['mean']:,.1f} ± {dist['std']:,.1f}"
+    if kind == "pct":
+        return f"{dist['mean']:.2f} ± {dist['std']:.2f} %"
+    if kind in ("ratio", "jain"):
+        digits = 2 if kind == "ratio" else 3
+        return f"{dist['mean']:.{digits}f} ± {dist['std']:.{digits}f}"
+    return f"{mean} ± {fmt_value(kind, dist['std'])}"
+
+
+def _scaled_note(groups: dict[str, list[dict]]) -> str | None:
+    """'ports emulated at 100 Mb/s (nominal 400 Gb/s)' when the runs say so."""
+    for runs in groups.values():
+        for run in runs:
+            for up in m.uplinks(run):
+                if up["scaled_bps"]:
+                    note = f"ports emulated at {fmt_bps(up['scaled_bps'])}"
+                    if up["speed_bps"]:
+                        note += f" (nominal {fmt_bps(up['speed_bps'])})"
+                    return note
+    return None
+
+
+def idle_line(label: str, runs: list[dict]) -> str | None:
+    """'ecmp sweep, 30 runs: idle leaf uplinks 2.9 ± 1.1 of 8 measured, 2.75 expected ...'."""
+    s = m.idle_summary(runs)
+    if s["measured_mean"] is None:
+        return None
+    text = (f"{label}, {s['runs']} runs: idle leaf uplinks {s['measured_mean']:.2f} ± "
+            f"{s['measured_std']:.2f} of {s['leaf_uplinks']} measured")
+    if s["expected_mean"] is not None:
+        text += f", {s['expected_mean']:.2f} expected for uniform random hashing"
+    return text
+
+
+def _seed_text(runs: list[dict]) -> str:
+    seeds = [r.get("seed") for r in runs]
+    if all(s is None for s in seeds):
+        return "-"
+    if len(seeds) == 1:
+        return str(seeds[0])
+    ints = [s for s in seeds if isinstance(s, int)]
+    if len(ints) == len(seeds) and sorted(ints) == list(range(min(ints), max(ints) + 1)):
+        return f"{min(ints)}..{max(ints)}"
+    return f"{len(set(map(str, seeds)))} seeds"
+
+
+def build_table(results, title: str | None = None) -> Table:
+    """The rich Table of an experiment (see module docstring)."""
+    groups = m.group_runs(results)
+    title = title or m.results_title(results)
+    table = Table(title=title, title_justify="left", caption_justify="left")
+    table.add_column("mode", justify="left", no_wrap=True)
+    table.add_column("runs", justify="right")
+    seeded = any(r.get("seed") is not None for runs in groups.values() for r in runs)
+    if seeded:
+        table.add_column("seed", justify="right")
+    for _, header, _ in COLUMNS:
+        table.add_column(header, justify="right")
+    captions = []
+    for label, runs in groups.items():
+        if len(runs) == 1:
+            met = m.run_metrics(runs[0])
+            cells = [fmt_value(kind, met[key]) for key, _, kind in COLUMNS]
+            count = "1"
+        else:
+            summary = m.mode_summary(runs)
+            cells = [_fmt_spread(kind, summary[key]) for key, _, kind in COLUMNS]
+            count = str(len(runs))
+            line = idle_line(label, runs)
+            if line:
+                captions.append(line)
+        seeds = [_seed_text(runs)] if seeded else []
+        table.add_row(label, count, *seeds, *cells)
+    note = _scaled_note(groups)
+    if note:
+        captions.insert(0, note + "; loads and goodput are at the emulated speed")
+    if any(len(r) > 1 for r in groups.values()):
+        captions.append("several runs: mean ± sample std over runs")
+    if captions:
+        table.caption = "\n".join(captions)
+    return table
+
+
+def render_text(results, title: str | None = None, width: int = 200) -> str:
+    """The table as plain text (no colours, no terminal needed), for logs and files."""
+    buf = io.StringIO()
+    console = Console(file=buf, width=width, color_system=None, force_terminal=False,
+                      legacy_windows=False)
+    console.print(build_table(results, title))
+    return buf.getvalue()
+
+
+def print_results(results, title: str | None = None, console: Console | None = None) -> None:
+    """Print the table to a terminal (rich colours) or plain text when not a TTY."""
+    console = console or Console()
+    console.print(build_table(results, title))

@@ -1,0 +1,130 @@
+"""Traffic processes inside one host namespace, started by the experiment runner.
+
+`send`: sends the host's flows, one thread per NIC port (each an AF_PACKET socket), and
+prints a JSON report with per-flow packet counts.
+`recv`: captures on the host's ports, accounts per flow, answers with ACKs and CNPs,
+prints "ready", and on a line of JSON on stdin (the senders' per-flow counts) finishes
+and prints the per-flow statistics as JSON.
+
+Senders and receivers are separate processes: in one Python process they would compete
+for the interpreter lock and the receiver's timing would suffer.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import threading
+from dataclasses import asdict
+
+from dataplane.netns_util import in_netns
+from dataplane.traffic import receiver as rx
+from dataplane.traffic import sender as tx
+from dataplane.traffic.workload import Flow, Message
+
+
+def flow_to_json(flow: Flow) -> dict:
+    return asdict(flow)
+
+
+def flow_from_json(data: dict) -> Flow:
+    return Flow(**{**data, "messages": tuple(Message(**m) for m in data["messages"])})
+
+
+class _LockedReceiver:
+    """One Receiver fed by several capture threads (a flow may arrive on either port of
+    a dual-plane NIC)."""
+
+    def __init__(self, inner: rx.Receiver):
+        self.inner = inner
+        self.lock = threading.Lock()
+
+    def add(self, pkt, rx_ns):
+        with self.lock:
+            return self.inner.add(pkt, rx_ns)
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+
+def run_send(args) -> int:
+    plan = json.loads(sys.stdin.read())
+    by_port: dict[str, list[Flow]] = {}
+    for item in plan["flows"]:
+        by_port.setdefault(item["port"], []).append(flow_from_json(item["flow"]))
+    reports: dict[str, dict] = {}
+    threads = []
+
+    def send(port: str, flows: list[Flow]) -> None:
+        sock = tx.open_tx_socket(port, args.netns)
+        try:
+            rep = tx.send_flows(sock, flows, dst_mac=plan["gateway_mac"][port],
+                                duration_s=args.duration)
+            reports[port] = rep.to_dict()
+        finally:
+            sock.close()
+
+    for port, flows in by_port.items():
+        t = threading.Thread(target=send, args=(port, flows))
+        t.start()
+        threads.append(t)
+    for t in threads:
+        t.join()
+    per_flow: dict[str, int] = {}
+    for rep in reports.values():
+        for fid, n in rep.get("per_flow_packets", {}).items():
+            per_flow[str(fid)] = per_flow.get(str(fid), 0) + n
+    json.dump({"per_flow_packets": per_flow, "ports": reports}, sys.stdout)
+    print(flush=True)
+    return 0
+
+
+def run_recv(args) -> int:
+    receiver = _LockedReceiver(rx.Receiver())
+    responder = rx.Responder()
+    stop = threading.Event()
+    sockets = []
+    with in_netns(args.netns):
+        for port in args.ports.split(","):
+            sockets.append(rx.open_socket(port))
+    threads = [threading.Thread(target=rx.capture, args=(s, 3600.0, receiver),
+                                kwargs={"responder": responder, "stop": stop.is_set}, daemon=True)
+               for s in sockets]
+    for t in threads:
+        t.start()
+    print("ready", flush=True)
+    line = sys.stdin.readline()
+    stop.set()
+    for t in threads:
+        t.join(timeout=10)
+    sent = {int(k): v for k, v in (json.loads(line).get("per_flow_packets", {}) if line.strip() else {}).items()}
+    flows = receiver.inner.finish(sent or None)
+    out = {}
+    for fid, stats in flows.items():
+        entry = stats.to_dict()
+        entry["completions_us"] = [ns / 1000 for ns in stats.completions_ns.values()]
+        out[str(fid)] = entry
+    json.dump({"flows": out, "totals": receiver.inner.totals()}, sys.stdout)
+    print(flush=True)
+    for s in sockets:
+        s.close()
+    return 0
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m dataplane.traffic.hostrun")
+    sub = parser.add_subparsers(dest="what", required=True)
+    s = sub.add_parser("send")
+    s.add_argument("--netns", required=True)
+    s.add_argument("--duration", type=float, required=True)
+    s.set_defaults(func=run_send)
+    r = sub.add_parser("recv")
+    r.add_argument("--netns", required=True)
+    r.add_argument("--ports", required=True)
+    r.set_defaults(func=run_recv)
+    args = parser.parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

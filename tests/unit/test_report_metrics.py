@@ -1,0 +1,186 @@
+"""Metric definitions (dataplane/report/metrics.py), exact on hand-made runs."""
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import given, strategies as st
+
+from dataplane.report import metrics as m
+from dataplane.report import table
+
+
+def uplink(a: str, b: str, nbytes: int, *, down: int = 0, scaled=1e8, roles=("leaf", "spine")) -> dict:
+    return {"a": a, "b": b, "a_role": roles[0], "b_role": roles[1], "bytes_ab": nbytes, "bytes_ba": down,
+            "packets_ab": nbytes // 1000, "packets_ba": down // 1000, "speed_bps": 400e9, "scaled_bps": scaled}
+
+
+def host_link(host_port: str, leaf_port: str, nbytes: int = 0) -> dict:
+    return {"a": host_port, "b": leaf_port, "a_role": "host", "b_role": "leaf", "bytes_ab": nbytes,
+            "bytes_ba": 0, "packets_ab": 0, "packets_ba": 0, "speed_bps": 400e9, "scaled_bps": 1e8}
+
+
+def flow(fid, src="srv1:nic0", dst="srv2:nic0", cls="elephant", **kw) -> dict:
+    base = {"flow_id": fid, "cls": cls, "src": src, "dst": dst, "offered_bps": 5e7, "sent_packets": 100,
+            "packets": 100, "bytes": 100_000, "payload_bytes": 90_000, "lost": 0, "duplicates": 0,
+            "out_of_order": 0, "reorder_hist": {}, "ce": 0, "rx_bps": 0.0, "messages_completed": 0,
+            "messages_incomplete": 0, "completions_us": [], "latency_ns": {}}
+    base.update(kw)
+    return base
+
+
+def run_with(loads: list[int], flows=(), duration_s: float = 2.0, **extra) -> dict:
+    links = [uplink(f"leaf1:up{i + 1}", f"spine{i + 1}:down1", b) for i, b in enumerate(loads)]
+    return {"mode": "ecmp", "seed": 1, "duration_s": duration_s, "nodes": [], "links": links,
+            "flows": list(flows), "switches": {"drops": 0, "ecn_marked": 0, "drops_by_reason": {}}, **extra}
+
+
+def test_jain_equal_is_one_and_one_hot_is_one_over_n():
+    met = m.run_metrics(run_with([1000] * 8))
+    assert met["jain"] == pytest.approx(1.0)
+    assert met["uplink_max_mean"] == pytest.approx(1.0)
+    assert met["idle_uplinks"] == 0 and met["uplinks"] == 8
+    hot = m.run_metrics(run_with([8000] + [0] * 7))
+    assert hot["jain"] == pytest.approx(1 / 8)
+    assert hot["uplink_max_mean"] == pytest.approx(8.0)
+    assert hot["idle_uplinks"] == 7
+
+
+def test_jain_and_max_mean_known_values():
+    # loads 1,2,3 (x const): Jain = 36 / (3 * 14) = 6/7; max/mean = 3/2
+    met = m.run_metrics(run_with([1000, 2000, 3000]))
+    assert met["jain"] == pytest.approx(6 / 7)
+    assert met["uplink_max_mean"] == pytest.approx(1.5)
+    assert met["uplink_cv"] == pytest.approx((2 / 3) ** 0.5 / 2)
+
+
+def test_zero_and_no_uplinks():
+    zero = m.run_metrics(run_with([0, 0, 0, 0]))
+    assert zero["jain"] == 1.0 and zero["uplink_max_mean"] == 1.0 and zero["idle_uplinks"] == 4
+    none = m.run_metrics(run_with([]))
+    assert none["jain"] is None and none["uplink_max_mean"] is None and none["uplinks"] == 0
+    assert none["max_uplink_util"] is None and none["expected_idle_uplinks"] is None
+
+
+def test_idle_threshold_is_one_percent_of_busiest():
+    met = m.run_metrics(run_with([100_000, 999, 1000, 50_000, 0]))
+    assert met["idle_uplinks"] == 2      # 999 and 0 are below 1% of 100000; 1000 is not
+
+
+def test_uplink_direction_and_tiers():
+    links = [uplink("leaf1:up1", "spine1:down1", 1000, down=9999),           # a->b is up
+             uplink("spine1:down2", "leaf2:up1", 5555, down=3000, roles=("spine", "leaf")),  # b->a is up
+             uplink("spine1:up1", "core1:down1", 2000, roles=("spine", "core")),
+             uplink("spine1:down9", "spine2:down9", 7777, roles=("spine", "spine"))]  # not an uplink
+    run = {"duration_s": 1.0, "links": links, "flows": []}
+    ups = m.uplinks(run)
+    assert [(u["lower"], u["bytes"], u["tier"]) for u in ups] == [
+        ("leaf1:up1", 1000, "leaf-spine"), ("leaf2:up1", 3000, "leaf-spine"), ("spine1:up1", 2000, "spine-core")]
+    assert ups[0]["load_bps"] == 8000 and ups[0]["util"] == pytest.approx(8000 / 1e8)
+    met = m.run_metrics(run)
+    assert met["uplinks"] == 3 and met["max_uplink_util"] == pytest.approx(24000 / 1e8)
+
+
+def test_goodput_loss_reorder_counts():
+    flows = [flow(1, payload_bytes=250_000, packets=90, sent_packets=100, lost=10, out_of_order=9,
+                  duplicates=2, ce=4, messages_completed=3, messages_incomplete=1),
+             flow(2, cls="mice", payload_bytes=50_000, packets=10, sent_packets=10, out_of_order=1),
+             flow(3, cls="protocol", payload_bytes=0, packets=0, sent_packets=0)]
+    met = m.run_metrics(run_with([1], flows, duration_s=2.0,
+                                 switches={"drops": 7, "ecn_marked": 11, "drops_by_reason": {}}))
+    assert met["goodput_bps"] == pytest.approx(300_000 * 8 / 2)
+    assert met["elephant_goodput_bps"] == pytest.approx(250_000 * 8 / 2)
+    assert met["offered_bps"] == pytest.approx(1.5e8)
+    assert met["loss_packets"] == 10 and met["loss_pct"] == pytest.approx(10 / 110 * 100)
+    assert met["reorder_pct"] == pytest.approx(10 / 100 * 100)
+    assert met["duplicates"] == 2 and met["ce_packets"] == 4
+    assert met["drops"] == 7 and met["ecn_marked"] == 11
+    assert met["messages_completed"] == 3 and met["messages_incomplete"] == 1
+
+
+def test_fct_percentiles_over_all_flows():
+    flows = [flow(1, completions_us=[float(x) for x in range(1, 51)]),
+             flow(2, cls="mice", completions_us=[float(x) for x in range(51, 101)])]
+    met = m.run_metrics(run_with([1], flows))
+    assert met["fct_p50_us"] == pytest.approx(50.5)      # linear interpolation, 1..100
+    assert met["fct_p99_us"] == pytest.approx(99.01)
+    assert met["mice_fct_p99_us"] == pytest.approx(51 + 0.99 * 49)
+    empty = m.run_metrics(run_with([1], [flow(1)]))
+    assert empty["fct_p50_us"] is None and empty["fct_p99_us"] is None
+
+
+def test_reorder_hist_keys_from_json():
+    run = run_with([1], [flow(1, reorder_hist={"1": 3, "2": 1}), flow(2, reorder_hist={1: 2})])
+    assert m.reorder_histogram(json.loads(json.dumps(run))) == {1: 5, 2: 1}
+
+
+def test_expected_idle():
+    assert m.expected_idle(8, 8) == pytest.approx(8 * (7 / 8) ** 8)
+    assert m.expected_idle(8, 8) == pytest.approx(2.75, abs=0.01)
+    assert m.expected_idle(0, 4) == 4
+    assert m.expected_idle(1, 1) == 0
+
+
+@given(st.integers(0, 30), st.integers(1, 16))
+def test_idle_pmf_is_a_distribution_with_the_right_mean(n, k):
+    pmf = m.idle_pmf(n, k)
+    assert len(pmf) == k + 1 and sum(pmf) == pytest.approx(1.0)
+    assert sum(i * p for i, p in enumerate(pmf)) == pytest.approx(m.expected_idle(n, k))
+
+
+def test_expected_idle_for_run_from_cabling():
+    # leaf1 has srv1, srv2; leaf2 has srv3; 4 uplinks each. Elephants: 2 leave leaf1, one
+    # stays inside it (srv1 -> srv2), one leaves leaf2; mice are ignored.
+    links = [host_link("srv1:nic0", "leaf1:down1"), host_link("srv2:nic0", "leaf1:down2"),
+             host_link("srv3:nic0", "leaf2:down1")]
+    links += [uplink(f"leaf{l}:up{i}", f"spine{i}:down{l}", 1000) for l in (1, 2) for i in range(1, 5)]
+    flows = [flow(1, "srv1:nic0", "srv3:nic0"), flow(2, "srv2:nic0", "srv3:nic0"),
+             flow(3, "srv1:nic0", "srv2:nic0"), flow(4, "srv3:nic0", "srv1:nic0"),
+             flow(5, "srv3:nic0", "srv1:nic0", cls="mice")]
+    run = {"duration_s": 1.0, "links": links, "flows": flows}
+    assert m.leaf_elephants(run) == {"leaf1": (2, 4), "leaf2": (1, 4)}
+    assert m.expected_idle_for_run(run) == pytest.approx(4 * 0.75 ** 2 + 4 * 0.75)
+    run["flows"].append(flow(6, "srv9:nic0", "srv1:nic0"))      # unknown endpoint
+    assert m.expected_idle_for_run(run) is None
+
+
+def test_mode_summary_and_idle_summary():
+    runs = [run_with(loads, seed=s) for s, loads in enumerate(([1, 1, 0, 0], [1, 0, 0, 0], [1, 1, 1, 0]))]
+    s = m.mode_summary(runs)
+    idle = s["idle_uplinks"]
+    assert idle["values"] == [2, 3, 1] and idle["mean"] == 2 and idle["std"] == pytest.approx(1.0)
+    assert idle["min"] == 1 and idle["p50"] == 2 and idle["max"] == 3 and idle["n"] == 3
+    assert s["seeds"] == [0, 1, 2] and len(s["runs"]) == 3
+    assert s["fct_p50_us"] is None                        # no completions anywhere
+    single = m.mode_summary(runs[:1])["jain"]
+    assert single["std"] == 0.0 and single["mean"] == single["min"] == single["max"]
+    summary = m.idle_summary(runs)
+    assert summary["measured"] == [2, 3, 1] and summary["measured_mean"] == 2
+    assert summary["leaf_uplinks"] == 4
+
+
+def test_group_runs_accepts_the_result_shapes():
+    a, b = run_with([1]), {**run_with([1]), "mode": "spray-rr"}
+    assert list(m.group_runs([a, b])) == ["ecmp", "spray-rr"]
+    assert list(m.group_runs({"x": a, "y": [a, b]})) == ["x", "y"]
+    grouped = m.group_runs({"name": "e", "runs": [a, b], "sweep": [a, a]})
+    assert list(grouped) == ["ecmp", "spray-rr", "ecmp sweep"] and len(grouped["ecmp sweep"]) == 2
+    assert list(m.group_runs({**a, "label": "ecmp-s1"})) == ["ecmp-s1"]
+    assert m.results_title({"name": "e", "runs": []}) == "e"
+
+
+def test_render_text_units_and_sweep_line():
+    flows = [flow(1, payload_bytes=12_500_000, completions_us=[120.0, 130.0, 2500.0])]
+    one = run_with([1000] * 4, flows, duration_s=1.0)
+    text = table.render_text({"name": "demo", "runs": [one]})
+    assert "demo" in text and "100 Mb/s" in text and "130 µs" in text and "2.45 ms" in text
+    assert "emulated at 100 Mb/s (nominal 400 Gb/s)" in text
+    sweep = [run_with([1, 1, 0, 0], seed=s) for s in range(3)]
+    text = table.render_text({"name": "s", "sweep": sweep})
+    assert "ecmp sweep" in text and "±" in text and "idle leaf uplinks 2.00 ± 0.00 of 4 measured" in text
+    assert "\x1b[" not in text   # plain text
+
+
+def test_metrics_json_serialisable():
+    s = m.mode_summary([run_with([1, 2, 3], [flow(1, completions_us=[1.0])])])
+    json.dumps(s)

@@ -1,0 +1,121 @@
+"""`railab top`: rates from two synthetic counter snapshots, sorting, and `--once` end to
+end against a fake agent (no root, no lab)."""
+from __future__ import annotations
+
+import copy
+from types import SimpleNamespace
+
+import pytest
+
+from dataplane.cli import top
+from dataplane.runtime import labspec
+from dataplane.topology.generate import generate
+
+
+def port(tx_bytes=0, rx_bytes=0, drops=None, **extra):
+    return {"tx_packets": tx_bytes // 1000, "tx_bytes": tx_bytes, "rx_packets": rx_bytes // 1000,
+            "rx_bytes": rx_bytes, "drops": drops or {"queue_full": 0, "no_route": 0}, **extra}
+
+
+def snapshot(ports: dict[str, dict[str, dict]]) -> dict:
+    return {"switches": {sw: {"ports": p, "groups": {}} for sw, p in ports.items()}}
+
+
+@pytest.fixture(scope="module")
+def spec():
+    return labspec.build(generate("clos2", name="toptest"))
+
+
+def test_rates_from_two_snapshots(spec):
+    prev = snapshot({"leaf1": {"up1": port(1_000_000, 500, speed_bps=100_000_000, nominal_speed_bps=400e9),
+                               "up2": port(0, 0, speed_bps=100_000_000, nominal_speed_bps=400e9)}})
+    cur = copy.deepcopy(prev)
+    c = cur["switches"]["leaf1"]["ports"]
+    c["up1"].update(tx_bytes=1_000_000 + 3_125_000, rx_bytes=500 + 1_250_000, ecn_marked=40,
+                    utilization=0.49, queue_bytes=1500)
+    c["up1"]["drops"] = {"queue_full": 10, "no_route": 0}
+    c["up2"].update(tx_bytes=625_000)
+    rows = top.compute_rows(prev, cur, 0.5, spec)
+    assert [r.port for r in rows] == ["up1", "up2"]           # busiest first
+    up1, up2 = rows
+    assert up1.tx_bps == pytest.approx(3_125_000 * 8 / 0.5)   # 50 Mb/s
+    assert up1.rx_bps == pytest.approx(1_250_000 * 8 / 0.5)   # 20 Mb/s
+    assert up1.util == pytest.approx(0.5)                     # 50 Mb/s of 100 Mb/s emulated
+    assert up1.model_util == pytest.approx(0.49) and up1.queue_bytes == 1500
+    assert up1.drops_per_s == pytest.approx(20.0) and up1.drops_delta == {"queue_full": 10}
+    assert up1.drops_total == 10
+    assert up1.ecn_per_s == pytest.approx(80.0)
+    assert up1.speed_bps == 100_000_000 and up1.nominal_bps == 400e9
+    assert up1.direction == "up" and up1.peer.startswith("spine")
+    assert up2.util == pytest.approx(0.1) and up2.model_util is None and up2.queue_bytes is None
+
+
+def test_runner_style_speed_fields_and_no_model():
+    prev = snapshot({"s": {"a": port(0, speed_bps=400e9, scaled_bps=1e8), "b": port(0)}})
+    cur = snapshot({"s": {"a": port(1_250_000, speed_bps=400e9, scaled_bps=1e8), "b": port(2_500_000)}})
+    rows = top.compute_rows(prev, cur, 1.0)
+    a = next(r for r in rows if r.port == "a")
+    b = next(r for r in rows if r.port == "b")
+    assert a.util == pytest.approx(0.1) and a.nominal_bps == 400e9
+    assert b.util is None and b.tx_bps == pytest.approx(20e6)   # no port model: rate only
+    assert [r.port for r in rows] == ["a", "b"]   # known utilisation ranks before raw rate
+
+
+def test_counter_reset_and_first_poll():
+    prev = snapshot({"s": {"a": port(10_000_000)}})
+    cur = snapshot({"s": {"a": port(1_000)}})          # agent restarted: counts from zero
+    assert top.compute_rows(prev, cur, 1.0)[0].tx_bps == pytest.approx(8_000)
+    first = top.compute_rows(None, cur, 1.0)[0]
+    assert first.tx_bps == 0 and first.drops_per_s == 0
+
+
+def test_table_renders(spec):
+    from rich.console import Console
+
+    prev = snapshot({"leaf1": {"up1": port(0, speed_bps=10**8, nominal_speed_bps=4 * 10**11)}})
+    cur = snapshot({"leaf1": {"up1": port(10_000_000, speed_bps=10**8, nominal_speed_bps=4 * 10**11,
+                                          drops={"queue_full": 5})}})
+    rows = top.compute_rows(prev, cur, 1.0, spec) * 3
+    console = Console(width=200, record=True, color_system=None)
+    console.print(top.build_table(rows, lab="toptest", interval=0.5, limit=2))
+    text = " ".join(console.export_text().split())  # the caption wraps at the table width
+    assert "80M" in text and "80%" in text and "5 queue_full" in text and "15 since start" in text
+    assert "100Mb/s emulated, 400Gb/s nominal" in text
+    assert "1 quieter ports not shown" in text
+
+
+def test_once_end_to_end(monkeypatch, capsys, spec):
+    monkeypatch.setenv("COLUMNS", "160")
+    import dataplane.cli.main as cli_main
+    from dataplane.runtime import agent_client
+
+    snaps = [snapshot({"leaf1": {"up1": port(0, speed_bps=10**8, nominal_speed_bps=4 * 10**11),
+                                 "down1": port(0, speed_bps=10**8, nominal_speed_bps=4 * 10**11)}}),
+             snapshot({"leaf1": {"up1": port(2_500_000, speed_bps=10**8, nominal_speed_bps=4 * 10**11),
+                                 "down1": port(0, speed_bps=10**8, nominal_speed_bps=4 * 10**11)}})]
+    calls = []
+
+    def fake_request(lab, op, **fields):
+        calls.append((lab, op, fields))
+        return snaps[len(calls) - 1]
+
+    clock = iter([0.0, 0.0, 0.5, 0.5])
+    monkeypatch.setattr(agent_client, "request", fake_request)
+    monkeypatch.setattr(top, "load_lab", lambda lab: SimpleNamespace(spec=spec))
+    monkeypatch.setattr(top.time, "sleep", lambda s: None)
+    monkeypatch.setattr(top.time, "monotonic", lambda: next(clock))
+    monkeypatch.setattr(cli_main, "VERB_MODULES", ("top",))
+    status = cli_main.main(["top", "toptest", "--once", "--interval", "0.5"])
+    out = capsys.readouterr().out
+    assert status == 0
+    assert [c[:2] for c in calls] == [("toptest", "counters")] * 2
+    assert "40M" in out and "40%" in out           # 2.5 MB in 0.5 s = 40 Mb/s of 100 Mb/s
+    assert out.index("up1") < out.index("down1")   # busiest first
+
+
+def test_bad_interval(monkeypatch, capsys):
+    import dataplane.cli.main as cli_main
+
+    monkeypatch.setattr(cli_main, "VERB_MODULES", ("top",))
+    assert cli_main.main(["top", "x", "--interval", "0"]) == 2
+    assert "--interval" in capsys.readouterr().err
