@@ -9,6 +9,7 @@ def register(sub) -> None:
     p = sub.add_parser("run", help="run an experiment file and write its results folder")
     p.add_argument("experiment", help="experiment file (YAML)")
     p.add_argument("--json", action="store_true", help="print the metrics as JSON")
+    p.add_argument("--output", help="results folder (default: the file's output:, else ./results)")
     p.set_defaults(func=run)
 
 
@@ -17,6 +18,9 @@ def run(args) -> int:
     from dataplane.runtime import lifecycle
 
     exp = spec.load(args.experiment)      # every check happens before anything is deployed
+    if args.output:
+        from pathlib import Path
+        exp.output = Path(args.output)
     lifecycle.require_root()
     with session.progress_bar(not args.json and sys.stderr.isatty()) as progress:
         results, folder = session.run(exp, progress)

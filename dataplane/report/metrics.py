@@ -24,8 +24,10 @@ Definitions (``D`` = run["duration_s"]):
   None when no uplink has a scaled speed.
 * ``idle_uplinks`` = uplinks that carried less than IDLE_FRACTION (1%) of the bytes of
   the busiest uplink of the same run (all uplinks are idle when none carried anything).
-  ``idle_leaf_uplinks`` counts only leaf->spine uplinks.
-* ``expected_idle_uplinks`` = sum over leaves of expected_idle(n_leaf, m_leaf): m_leaf =
+  ``idle_leaf_uplinks`` counts only leaf->spine uplinks; ``idle_elephant_uplinks`` only
+  those of leaves that send elephants upwards, each against its own busiest uplink (the
+  measured side of ``expected_idle_uplinks``).
+* ``expected_idle_uplinks`` = sum over leaves with n_leaf > 0 of expected_idle(n_leaf, m_leaf): m_leaf =
   the leaf's uplinks, n_leaf = elephant flows whose source NIC is on that leaf and whose
   destination NIC is on another leaf (they must go up). None when a flow endpoint
   cannot be placed on exactly one leaf, or the fabric has no leaf uplinks.
@@ -58,7 +60,8 @@ UP_PAIRS = {("leaf", "spine"): "leaf-spine", ("spine", "core"): "spine-core"}
 # Scalar metrics of run_metrics, in display order (mode_summary summarises these).
 METRIC_KEYS = (
     "goodput_bps", "elephant_goodput_bps", "offered_bps", "uplink_max_mean", "jain", "uplink_cv",
-    "max_uplink_util", "idle_uplinks", "idle_leaf_uplinks", "expected_idle_uplinks", "uplinks",
+    "max_uplink_util", "idle_uplinks", "idle_leaf_uplinks", "idle_elephant_uplinks",
+    "expected_idle_uplinks", "uplinks",
     "loss_packets", "loss_pct", "reorder_pct", "out_of_order", "duplicates", "fct_p50_us",
     "fct_p99_us", "mice_fct_p99_us", "drops", "ecn_marked", "ce_packets", "messages_completed",
     "messages_incomplete",
@@ -213,13 +216,27 @@ def leaf_elephants(run: dict) -> dict[str, tuple[int, int]] | None:
 
 
 def expected_idle_for_run(run: dict) -> float | None:
-    """Expected idle leaf->spine uplinks if every leaf hashed its crossing elephants
-    uniformly at random: sum over leaves of expected_idle(n_leaf, m_leaf); None when
-    leaf_elephants cannot tell."""
+    """Expected idle uplinks of the leaves that send elephants upwards, if each hashed its
+    crossing elephants uniformly at random: sum over those leaves of
+    expected_idle(n_leaf, m_leaf); None when leaf_elephants cannot tell."""
     per_leaf = leaf_elephants(run)
-    if per_leaf is None:
+    if per_leaf is None or not any(n for n, _m in per_leaf.values()):
         return None
-    return sum(expected_idle(n, m) for n, m in per_leaf.values())
+    return sum(expected_idle(n, m) for n, m in per_leaf.values() if n > 0)
+
+
+def idle_elephant_uplinks(run: dict) -> int | None:
+    """Measured counterpart of expected_idle_for_run: idle uplinks (IDLE_FRACTION of the
+    leaf's own busiest uplink) of the leaves that send elephants upwards. Leaves without
+    elephants are left out: acknowledgements make their uplinks look busy."""
+    per_leaf = leaf_elephants(run)
+    if per_leaf is None or not any(n for n, _m in per_leaf.values()):
+        return None
+    by_leaf: dict[str, list[float]] = defaultdict(list)
+    for up in uplinks(run):
+        if up["tier"] == "leaf-spine":
+            by_leaf[up["node"]].append(up["load_bps"])
+    return sum(idle_count(by_leaf[leaf]) for leaf, (n, _m) in per_leaf.items() if n > 0)
 
 
 def idle_pmf(n: int, m: int) -> list[float]:
@@ -288,6 +305,7 @@ def run_metrics(run: dict) -> dict:
         "max_uplink_util": max(utils) if utils else None,
         "idle_uplinks": idle_count(loads) if loads else 0,
         "idle_leaf_uplinks": idle_count(leaf_loads) if leaf_loads else 0,
+        "idle_elephant_uplinks": idle_elephant_uplinks(run),
         "expected_idle_uplinks": expected_idle_for_run(run),
         "uplinks": len(loads),
         "loss_packets": lost,
@@ -336,7 +354,8 @@ def idle_summary(runs: list[dict]) -> dict:
     """Measured idle leaf->spine uplinks over runs (mean, std, per-run values) against the
     expected mean under uniform random hashing (mean of the per-run expectations)."""
     per_run = [run_metrics(r) for r in runs]
-    measured = [m["idle_leaf_uplinks"] for m in per_run]
+    measured = [m["idle_elephant_uplinks"] if m["idle_elephant_uplinks"] is not None
+                else m["idle_leaf_uplinks"] for m in per_run]
     expected = [m["expected_idle_uplinks"] for m in per_run if m["expected_idle_uplinks"] is not None]
     dist = distribution(measured)
     return {

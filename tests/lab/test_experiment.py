@@ -1,0 +1,77 @@
+"""`railab run`: experiments through a deployed lab, and bad experiment files."""
+from __future__ import annotations
+
+import json
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from dataplane.runtime import netns as rt
+
+from .conftest import ROOT, railab
+
+EXPERIMENTS = ROOT / "experiments"
+
+
+def _write(tmp_path: Path, text: str, name: str = "exp.yml") -> Path:
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(text))
+    return path
+
+
+LAB = (ROOT / "labs" / "rail-optimized" / "rail-optimized.clab.yml").as_posix()
+BAD = {
+    "not-yaml": "name: [unclosed\n",
+    "not-mapping": "- just\n- a list\n",
+    "no-modes": f"name: x\nlab: {LAB}\nworkload: {{}}\n",
+    "unknown-mode": f"name: x\nlab: {LAB}\nmodes: [teleport]\nworkload: {{rate: 1Mbps}}\n",
+    "missing-lab": "name: x\nlab: nowhere.clab.yml\nmodes: [ecmp]\nworkload: {rate: 1Mbps}\n",
+    "bad-duration": f"name: x\nlab: {LAB}\nmodes: [ecmp]\nduration: -3\nworkload: {{rate: 1Mbps}}\n",
+    "bad-workload-rate": f"name: x\nlab: {LAB}\nmodes: [ecmp]\nworkload: {{rate: fast}}\n",
+    "unknown-key": f"name: x\nlab: {LAB}\nmodes: [ecmp]\nworkload: {{rate: 1Mbps}}\ncolour: red\n",
+    "duplicate-label": f"name: x\nlab: {LAB}\nmodes: [ecmp, ecmp]\nworkload: {{rate: 1Mbps}}\n",
+    "bad-sweep": f"name: x\nlab: {LAB}\nmodes: [ecmp]\nworkload: {{rate: 1Mbps}}\nsweep: {{seeds: 0}}\n",
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD))
+def test_broken_experiment_says_what_and_deploys_nothing(tmp_path, case):
+    before = set(rt.list_netns())
+    path = _write(tmp_path, BAD[case])
+    proc = railab("run", str(path), check=False)
+    assert proc.returncode != 0
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert "Traceback" not in proc.stderr and str(path) in lines[0]
+    assert set(rt.list_netns()) == before
+
+
+def test_ecmp_collisions_versus_spraying(tmp_path):
+    proc = railab("run", str(EXPERIMENTS / "ecmp-vs-spray.yml"), "--json", "--output", str(tmp_path),
+                  timeout=600)
+    report = json.loads(proc.stdout)
+    ecmp, spray = report["modes"]["ecmp"], report["modes"]["spray-rr"]
+    # Spraying evens the uplinks out; ECMP piles elephants onto some and leaves others idle.
+    assert spray["uplink_max_mean"] < ecmp["uplink_max_mean"]
+    assert spray["jain"] > ecmp["jain"]
+    assert ecmp["idle_uplinks"] > spray["idle_uplinks"]
+    # Colliding elephants overflow the shared port: ECMP drops and delivers less.
+    assert ecmp["drops"] > 0 and ecmp["loss_packets"] > 0
+    assert spray["loss_packets"] == 0
+    assert ecmp["goodput_bps"] < spray["goodput_bps"]
+    for plot in report["plots"]:
+        assert Path(plot).stat().st_size > 10_000
+
+
+def test_ecmp_seed_sweep_matches_balls_into_bins(tmp_path):
+    """8 equal elephants hashed onto 8 uplinks leave 8 (7/8)^8 = 2.75 idle on average."""
+    proc = railab("run", str(EXPERIMENTS / "ecmp-seed-sweep.yml"), "--json", "--output", str(tmp_path),
+                  timeout=1200)
+    report = json.loads(proc.stdout)
+    idle = report["sweeps"]["ecmp sweep"]["idle_uplinks"]
+    assert idle["runs"] >= 30
+    assert idle["expected_mean"] == pytest.approx(8 * (7 / 8) ** 8, rel=1e-6)
+    assert abs(idle["measured_mean"] - idle["expected_mean"]) <= 0.10 * idle["expected_mean"], idle
+    # Luck, not a constant: different seeds leave different numbers of uplinks idle.
+    assert len(set(idle["measured"])) > 1
