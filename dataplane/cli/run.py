@@ -10,6 +10,7 @@ def register(sub) -> None:
     p.add_argument("experiment", help="experiment file (YAML)")
     p.add_argument("--json", action="store_true", help="print the metrics as JSON")
     p.add_argument("--output", help="results folder (default: the file's output:, else ./results)")
+    p.add_argument("--name", help="lab name, overriding the lab file's name: field")
     p.set_defaults(func=run)
 
 
@@ -18,12 +19,17 @@ def run(args) -> int:
     from dataplane.runtime import lifecycle
 
     exp = spec.load(args.experiment)      # every check happens before anything is deployed
+    if args.name:
+        from dataplane.runtime.state import LAB_NAME
+        from dataplane.errors import RuntimeStateError
+        if not LAB_NAME.match(args.name):
+            raise RuntimeStateError(f"--name {args.name!r}: a lab name is letters, digits, '-', '_' and '.'")
     if args.output:
         from pathlib import Path
         exp.output = Path(args.output)
     lifecycle.require_root()
     with session.progress_bar(not args.json and sys.stderr.isatty()) as progress:
-        results, folder = session.run(exp, progress)
+        results, folder = session.run(exp, progress, lab_name=args.name)
     if args.json:
         summary = {
             "experiment": results["experiment"], "folder": str(folder),

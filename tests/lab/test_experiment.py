@@ -9,7 +9,7 @@ import pytest
 
 from dataplane.runtime import netns as rt
 
-from .conftest import ROOT, railab
+from .conftest import ROOT, leftovers, railab, unique_name
 
 EXPERIMENTS = ROOT / "experiments"
 
@@ -48,8 +48,10 @@ def test_broken_experiment_says_what_and_deploys_nothing(tmp_path, case):
 
 
 def test_ecmp_collisions_versus_spraying(tmp_path):
+    name = unique_name("exp")
     proc = railab("run", str(EXPERIMENTS / "ecmp-vs-spray.yml"), "--json", "--output", str(tmp_path),
-                  timeout=600)
+                  "--name", name, timeout=600)
+    assert leftovers(name) == [], "the lab the experiment deployed must be gone"
     report = json.loads(proc.stdout)
     ecmp, spray = report["modes"]["ecmp"], report["modes"]["spray-rr"]
     # Spraying evens the uplinks out; ECMP piles elephants onto some and leaves others idle.
@@ -66,8 +68,10 @@ def test_ecmp_collisions_versus_spraying(tmp_path):
 
 def test_ecmp_seed_sweep_matches_balls_into_bins(tmp_path):
     """8 equal elephants hashed onto 8 uplinks leave 8 (7/8)^8 = 2.75 idle on average."""
+    name = unique_name("sweep")
     proc = railab("run", str(EXPERIMENTS / "ecmp-seed-sweep.yml"), "--json", "--output", str(tmp_path),
-                  timeout=1200)
+                  "--name", name, timeout=1200)
+    assert leftovers(name) == []
     report = json.loads(proc.stdout)
     idle = report["sweeps"]["ecmp sweep"]["idle_uplinks"]
     assert idle["runs"] >= 30
