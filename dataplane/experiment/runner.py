@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from ipaddress import IPv4Interface
@@ -119,6 +120,59 @@ def apply_mode(fabric: Fabric, mode: ModeSpec, seed: int | None = None) -> None:
     fabric.set_mode(mode.mode, **options)
 
 
+_UNDO = {"link-down": "link-up", "switch-down": "switch-up", "plane-down": "plane-up",
+         "degrade": "restore"}
+
+
+class _RunClock(threading.Thread):
+    """While the senders run: samples delivered throughput from the switches' counters
+    and fires the experiment's scheduled faults (and their `for:` repairs) on time."""
+
+    def __init__(self, spec: LabSpec, fabric: Fabric, events: list[dict], sample_s: float):
+        super().__init__(daemon=True)
+        self.spec, self.fabric, self.sample_s = spec, fabric, sample_s
+        self.host_ports = {(n.name, i.name) for n in spec.switches for i in n.interfaces
+                           if i.peer.split(":", 1)[0] in {h.name for h in spec.hosts}}
+        self.pending = []
+        for event in events:
+            self.pending.append((event["at"], event))
+            if "for" in event and event["fault"] in _UNDO:
+                undo = {k: v for k, v in event.items() if k not in ("at", "for", "speed")}
+                undo["fault"] = _UNDO[event["fault"]]
+                self.pending.append((event["at"] + event["for"], undo))
+        self.pending.sort(key=lambda p: p[0])
+        self.timeline: list[dict] = []
+        self.fired: list[dict] = []
+        self.error: str | None = None
+        self.stop = threading.Event()
+        self.t0 = time.monotonic()
+
+    def _delivered_bytes(self) -> int:
+        switches = self.fabric.counters()["switches"]
+        return sum(switches[s]["ports"][p]["tx_bytes"] for s, p in self.host_ports
+                   if s in switches and p in switches[s]["ports"])
+
+    def run(self) -> None:
+        from dataplane import faults
+
+        last_t, last_bytes = 0.0, self._delivered_bytes()
+        while not self.stop.is_set():
+            now = time.monotonic() - self.t0
+            while self.pending and self.pending[0][0] <= now:
+                at, event = self.pending.pop(0)
+                try:
+                    faults.apply(self.spec.name, event)
+                    what = " ".join(str(v) for k, v in event.items() if k not in ("at", "for"))
+                    self.fired.append({"t": time.monotonic() - self.t0, "at": at, "what": what})
+                except Exception as err:  # reported with the run, not fatal to it
+                    self.error = f"event {event}: {err}"
+            if now - last_t >= self.sample_s:
+                delivered = self._delivered_bytes()
+                self.timeline.append({"t": round(now, 4), "bps": (delivered - last_bytes) * 8 / (now - last_t)})
+                last_t, last_bytes = now, delivered
+            self.stop.wait(min(self.sample_s / 4, 0.02))
+
+
 def run_once(spec: LabSpec, experiment: Experiment, flows: list[wl.Flow], label: str,
              seed: int | None) -> dict:
     fabric = Fabric(spec.name)
@@ -141,13 +195,23 @@ def run_once(spec: LabSpec, experiment: Experiment, flows: list[wl.Flow], label:
             if line != "ready":
                 err = procs[host].receiver.stderr.read().strip().splitlines()
                 raise RuntimeError(f"receiver in {host} failed: {err[-1] if err else line}")
-        started = time.monotonic()
         for host, items in senders.items():
             gateway = {i.name: i.peer_mac for i in by_name[host].interfaces}
             proc = _spawn(["send", "--netns", procs[host].netns, "--duration", str(experiment.duration_s)])
-            proc.stdin.write(json.dumps({"flows": items, "gateway_mac": gateway}))
-            proc.stdin.close()
+            proc.stdin.write(json.dumps({"flows": items, "gateway_mac": gateway}) + "\n")
+            proc.stdin.flush()
             procs[host].sender = proc
+        for host in senders:
+            line = procs[host].sender.stdout.readline().strip()
+            if line != "ready":
+                err = procs[host].sender.stderr.read().strip().splitlines()
+                raise RuntimeError(f"sender in {host} failed: {err[-1] if err else line}")
+        clock = _RunClock(spec, fabric, experiment.events, experiment.sample_s)
+        started = time.monotonic()
+        for host in senders:
+            procs[host].sender.stdin.write("go\n")
+            procs[host].sender.stdin.close()
+        clock.start()
         sent: dict[str, int] = {}
         for host in senders:
             proc = procs[host].sender
@@ -158,6 +222,8 @@ def run_once(spec: LabSpec, experiment: Experiment, flows: list[wl.Flow], label:
             sent.update(json.loads(out)["per_flow_packets"])
         elapsed = time.monotonic() - started
         time.sleep(RECEIVER_GRACE_S)
+        clock.stop.set()
+        clock.join()
         flow_stats: dict[str, dict] = {}
         for host in receivers:
             # Only this host's flows: the receiver books every flow it is told of.
@@ -167,6 +233,12 @@ def run_once(spec: LabSpec, experiment: Experiment, flows: list[wl.Flow], label:
                 raise RuntimeError(f"receiver in {host} failed: {err.strip().splitlines()[-1] if err.strip() else '?'}")
             flow_stats.update(json.loads(out)["flows"])
     finally:
+        if "clock" in locals() and clock.is_alive():
+            clock.stop.set()
+            clock.join()
+        if experiment.events:
+            from dataplane import faults
+            faults.clear(spec.name)
         for p in procs.values():
             for proc in (p.sender, p.receiver):
                 if proc is not None and proc.poll() is None:
@@ -191,4 +263,7 @@ def run_once(spec: LabSpec, experiment: Experiment, flows: list[wl.Flow], label:
         "links": _link_bytes(spec, before, after),
         "flows": flow_records,
         "switches": _switch_totals(before, after),
+        "timeline": clock.timeline,
+        "events": clock.fired,
+        **({"event_error": clock.error} if clock.error else {}),
     }

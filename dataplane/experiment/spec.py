@@ -83,6 +83,24 @@ SCHEMA = {
         },
         "output": {"type": "string"},
         "reuse_lab": {"type": "boolean"},
+        "sample_interval": {"type": ["string", "number"]},
+        "events": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "required": ["at", "fault"],
+                "properties": {
+                    "at": {"type": "number", "minimum": 0},
+                    "for": {"type": "number", "exclusiveMinimum": 0},
+                    "fault": {"enum": ["link-down", "link-up", "switch-down", "switch-up",
+                                       "plane-down", "plane-up", "degrade", "restore"]},
+                    "a": {"type": "string"}, "b": {"type": "string"},
+                    "switch": {"type": "string"}, "plane": {"type": "integer", "minimum": 0},
+                    "port": {"type": "string"}, "speed": {"type": ["string", "number"]},
+                },
+                "additionalProperties": False,
+            },
+        },
     },
     "additionalProperties": False,
 }
@@ -107,6 +125,8 @@ class Experiment:
     sweep: dict | None
     output: Path
     reuse_lab: bool
+    events: list[dict] = field(default_factory=list)
+    sample_s: float = 0.1
 
 
 def _where(error: jsonschema.ValidationError) -> str:
@@ -166,5 +186,43 @@ def load(path: str | Path) -> Experiment:
         sweep = {"mode": "ecmp", "first_seed": 1, **sweep}
     # Results go where the user runs the command, as containerlab's lab directories do.
     output = Path(doc.get("output", "results"))
+    events = _check_events(source, lab_file, doc.get("events", []), duration)
+    sample_s = wl.parse_duration(doc.get("sample_interval", 0.1))
+    if not 0.01 <= sample_s <= 10:
+        raise ExperimentError(f"{source}: sample_interval: must be between 10 ms and 10 s")
     return Experiment(doc["name"], source, lab_file, duration, modes, workload,
-                      doc.get("port_model", {}), sweep, output, bool(doc.get("reuse_lab", False)))
+                      doc.get("port_model", {}), sweep, output, bool(doc.get("reuse_lab", False)),
+                      events, sample_s)
+
+
+_EVENT_NEEDS = {"link-down": ("a",), "link-up": ("a",), "switch-down": ("switch",),
+                "switch-up": ("switch",), "plane-down": ("plane",), "plane-up": ("plane",),
+                "degrade": ("port", "speed"), "restore": ("port",)}
+
+
+def _check_events(source: Path, lab_file: Path, events: list[dict], duration: float) -> list[dict]:
+    """Events name real endpoints, switches and planes of the lab, inside the run."""
+    if not events:
+        return []
+    from dataplane.topology import clab
+
+    topo = clab.read(lab_file)
+    endpoints = {f"{l.a.node}:{l.a.interface}" for l in topo.links} | \
+                {f"{l.b.node}:{l.b.interface}" for l in topo.links}
+    switches = {n.name for n in topo.switches}
+    planes = set(topo.planes())
+    for i, event in enumerate(events):
+        where = f"{source}: events.{i}"
+        for key in _EVENT_NEEDS[event["fault"]]:
+            if key not in event:
+                raise ExperimentError(f"{where}: {event['fault']} needs {key!r}")
+        for key in ("a", "b", "port"):
+            if key in event and event[key] not in endpoints:
+                raise ExperimentError(f"{where}: {key}: {event[key]!r} is not an interface of the lab (node:interface)")
+        if "switch" in event and event["switch"] not in switches:
+            raise ExperimentError(f"{where}: switch: {event['switch']!r} is not a switch of the lab")
+        if "plane" in event and event["plane"] not in planes:
+            raise ExperimentError(f"{where}: plane: the lab has no plane {event['plane']} (planes: {sorted(planes) or 'none'})")
+        if event["at"] >= duration:
+            raise ExperimentError(f"{where}: at: {event['at']} s is not inside the {duration} s run")
+    return sorted(events, key=lambda e: e["at"])

@@ -48,15 +48,22 @@ class _LockedReceiver:
 
 
 def run_send(args) -> int:
-    plan = json.loads(sys.stdin.read())
+    # Line 1: the plan. Then "ready" out, and the sending starts at "go" in, so that
+    # all hosts start together whatever their start-up time.
+    plan = json.loads(sys.stdin.readline())
     by_port: dict[str, list[Flow]] = {}
     for item in plan["flows"]:
         by_port.setdefault(item["port"], []).append(flow_from_json(item["flow"]))
     reports: dict[str, dict] = {}
     threads = []
 
+    sockets = {port: tx.open_tx_socket(port, args.netns) for port in by_port}
+    print("ready", flush=True)
+    if sys.stdin.readline().strip() != "go":
+        return 1
+
     def send(port: str, flows: list[Flow]) -> None:
-        sock = tx.open_tx_socket(port, args.netns)
+        sock = sockets[port]
         try:
             rep = tx.send_flows(sock, flows, dst_mac=plan["gateway_mac"][port],
                                 duration_s=args.duration)

@@ -82,6 +82,7 @@ class FlowStats:
     latencies_ns: list[int] = field(default_factory=list)
     completions_ns: dict[int, int] = field(default_factory=dict)   # msg_id -> completion
     msgs_incomplete: int = 0      # set by finish()
+    max_gap_ns: int = 0           # longest pause between deliveries (fault recovery time)
     # internal state
     init_psn: int | None = None
     highest: int = -1
@@ -132,6 +133,7 @@ class FlowStats:
             "messages_completed": self.messages_completed,
             "messages_incomplete": self.msgs_incomplete,
             "completion_ns": self.completion_summary(),
+            "max_gap_us": self.max_gap_ns / 1000,
         }
 
 
@@ -185,6 +187,8 @@ class Receiver:
         if pkt.ecn == roce.ECN_CE:
             st.ce += 1
         if rx_ns > st.last_rx_ns:
+            if st.last_rx_ns and rx_ns - st.last_rx_ns > st.max_gap_ns:
+                st.max_gap_ns = rx_ns - st.last_rx_ns
             st.last_rx_ns = rx_ns
         st.latencies_ns.append(rx_ns - h.ts_ns)
         got = st._msg_got.get(h.msg_id, 0) + 1

@@ -194,3 +194,20 @@ def test_responder_acks_per_message():
     assert [a.aeth[1] for a in acks] == [1, 2, 3]            # MSN
     assert [a.psn for a in acks] == [3, 7, 11]
     assert all(a.dqpn == 0x77 and a.icrc_ok for a in acks)
+
+
+def test_longest_delivery_gap_is_the_recovery_time():
+    from dataplane.traffic import roce
+    from dataplane.traffic.receiver import Receiver
+
+    rx = Receiver()
+    tpl = roce.FrameTemplate(src_mac="02:00:00:00:00:01", dst_mac="02:00:00:00:00:02",
+                             src_ip="10.0.0.1", dst_ip="10.0.0.2", sport=50000, dqpn=7,
+                             opcode=roce.Opcode.SEND_ONLY, payload_len=roce.RAILAB_HLEN)
+    arrivals = [0, 1_000, 2_000, 9_000, 10_000]           # ns: a 7 us pause in the middle
+    for seq, t in enumerate(arrivals):
+        frame = bytes(tpl.fill(seq, False, 1, 5, seq, seq, 0, 1, roce.RAILAB_HLEN, 0, 0))
+        rx.add(roce.parse(frame), 1_000_000 + t)
+    stats = rx.finish()[1]
+    assert stats.max_gap_ns == 7_000
+    assert stats.to_dict()["max_gap_us"] == 7.0
