@@ -57,6 +57,55 @@ static __always_inline __u32 rl_reduce(__u32 x, __u32 n)
     return (__u32)(((__u64)x * n) >> 32);
 }
 
+/* ---- liveness (local fast failover, remote-failure / ARN exclusions) ----
+ * A group has a "dead" mask (bit i = member i unusable). Every mode first picks from
+ * the FULL member list exactly as without failures; only if that pick is dead does
+ * lb_repick choose among the live members, by a second, independent hash. So flows
+ * whose member is alive never move, and the flows of a dead member spread evenly. */
+static __always_inline __u32 rl_popcount64(__u64 x)
+{
+    x = x - ((x >> 1) & 0x5555555555555555ULL);
+    x = (x & 0x3333333333333333ULL) + ((x >> 2) & 0x3333333333333333ULL);
+    x = (x + (x >> 4)) & 0x0f0f0f0f0f0f0f0fULL;
+    return (__u32)((x * 0x0101010101010101ULL) >> 56);
+}
+
+/* Mask of members 0..n-1 (n capped at DOWN_MASK_BITS). */
+static __always_inline __u64 rl_member_mask(__u32 n)
+{
+    return n >= DOWN_MASK_BITS ? ~0ULL : ((1ULL << n) - 1);
+}
+
+/* Index of the k-th (0-based) set bit of x (k < popcount(x)): a six-step binary search,
+ * no loop. */
+static __always_inline __u32 rl_kth_bit(__u64 x, __u32 k)
+{
+    __u32 pos = 0, c;
+
+#define RL_KTH_STEP(w)                                      \
+    c = rl_popcount64(x & ((1ULL << (w)) - 1));             \
+    if (k >= c) { k -= c; x >>= (w); pos += (w); }
+    RL_KTH_STEP(32)
+    RL_KTH_STEP(16)
+    RL_KTH_STEP(8)
+    RL_KTH_STEP(4)
+    RL_KTH_STEP(2)
+    RL_KTH_STEP(1)
+#undef RL_KTH_STEP
+    return pos;
+}
+
+/* A live member chosen by r among the set bits of live (live != 0). */
+static __always_inline __u32 lb_repick(__u64 live, __u32 r)
+{
+    return rl_kth_bit(live, rl_reduce(r, rl_popcount64(live)));
+}
+
+static __always_inline int lb_is_dead(__u64 dead, __u32 idx)
+{
+    return idx < DOWN_MASK_BITS && ((dead >> idx) & 1);
+}
+
 /* RoCEv2 data packets for SprayLink: SEND and RDMA WRITE first/middle/last/only (with
  * or without immediate), on RC (opcode bits 7..5 = 000) or UC (001) transport: the low
  * five bits are 0x00..0x0b. Everything else -- ACK 0x11, CNP 0x81, READ request and

@@ -29,6 +29,9 @@
 #ifndef MAX_FLOWLETS
 #define MAX_FLOWLETS 65536      /* flowlet table entries (LRU), all groups together */
 #endif
+#ifndef MAX_LEARNED
+#define MAX_LEARNED 16384       /* hosts learned from ARP (arp_learned), all switches together */
+#endif
 #ifndef MAX_TM
 #define MAX_TM 16384            /* static traffic-matrix entries, all switches together */
 #endif
@@ -57,7 +60,9 @@
 #define DROP_NOT_UNICAST   8   /* IPv4 in an Ethernet multicast/broadcast frame */
 #define DROP_QUEUE_FULL    9   /* egress virtual queue over its buffer (tail drop); counted
                                 * on the EGRESS port's drops[], unlike every other reason */
-#define DROP_REASON_MAX    16  /* array size; reasons 10..15 are reserved */
+#define DROP_MEMBERS_DOWN 10   /* every member of the route's group is down (PORT_F_DOWN on its
+                                * egress port): local fast failover has nowhere left to go */
+#define DROP_REASON_MAX    16  /* array size; reasons 11..15 are reserved */
 
 /* ---- next-hop group modes (struct group.mode) ---- */
 #define LB_MODE_ECMP         0   /* hash of selected fields, seeded per switch */
@@ -70,6 +75,7 @@
 #define LB_MODE_MAX          7   /* unknown modes behave as ECMP */
 
 #define WCMP_SLOTS   64          /* size of struct group.wslots (power of two) */
+#define DOWN_MASK_BITS 64        /* group.down_mask / route_val.avoid_mask cover members 0..63 */
 #define LB_SCAN_MAX  4           /* load-aware modes compare at most this many members */
 #define UTIL_ONE     1024        /* port_queue.util fixed point: 1024 = 100% */
 
@@ -85,11 +91,14 @@
 /* group.hash_fields == 0 -> use the switch's; switch's == 0 -> HASH_FIELDS_5TUPLE */
 
 /* ---- flags ---- */
-#define PORT_F_DOWN       (1U << 0)   /* drop everything received on this port */
+#define PORT_F_DOWN       (1U << 0)   /* port is down: drop everything received on it, and
+                                       * every group skips members egressing here (the agent
+                                       * mirrors this into group.down_mask) */
 #define PORT_F_PROXY_ARP  (1U << 1)   /* answer ARP for any target the switch has a route to */
 #define PORT_F_ARP_XDP_TX (1U << 2)   /* send ARP replies with XDP_TX instead of a redirect to
                                        * the ingress port; on veth XDP_TX only reaches the peer
                                        * if the peer has an XDP program (GRO is not enough) */
+#define PORT_F_LEARN      (1U << 3)   /* host-facing: record ARP senders into `arp_learned` */
 
 #define SW_F_TM           (1U << 0)   /* switch_cfg.flags: the switch has traffic-matrix entries */
 

@@ -49,6 +49,12 @@ BPF_TABLE("lru_hash", struct flowlet_key, struct flowlet, flowlets, MAX_FLOWLETS
  * Only looked up for switches whose switch_cfg.flags has SW_F_TM. */
 BPF_HASH(tm, struct tm_key, struct tm_entry, MAX_TM);
 
+/* arp_learned: key struct learn_key {switch_id host order, IPv4 big-endian} -> struct
+ * learn_val {port ifindex, sender MAC, last seen}: hosts learned from ARP on PORT_F_LEARN
+ * ports. learn_gen[0] counts changes (new host, moved port/MAC) so the agent polls one word. */
+BPF_HASH(arp_learned, struct learn_key, struct learn_val, MAX_LEARNED);
+BPF_ARRAY(learn_gen, __u64, 1);
+
 /* port_stats: PERCPU, key __u32 port slot -> struct port_stats (rx/tx/drops by reason). */
 BPF_PERCPU_ARRAY(port_stats, struct port_stats, MAX_PORTS);
 

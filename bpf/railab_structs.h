@@ -42,6 +42,9 @@ struct route_key {
 struct route_val {
     __u32 group_id;       /* next-hop group, index into `groups` */
     __u32 flags;          /* reserved */
+    __u64 avoid_mask;     /* members (bit i = member i) to avoid for this prefix: remote
+                           * failure / adaptive-routing exclusions installed by the agent.
+                           * Advisory: if it would leave no live member it is ignored. */
 };
 
 /* value of `groups` (key: __u32 group_id, array index). Written by the agent; the
@@ -60,6 +63,9 @@ struct group {
     __u16 eslots[WCMP_SLOTS];   /* egress port slot of members 0..63 (load-aware modes read
                                  * port_queue[eslots[i]] without a `members` lookup) */
     __u64 rr;             /* LB_MODE_SPRAY_RR: packets so far (shared, __sync_fetch_and_add) */
+    __u64 down_mask;      /* bit i: member i's egress port is down (local fast failover).
+                           * Every mode picks from the full member list and re-picks only when
+                           * the chosen member is down, so flows on live members never move. */
 };
 
 /* value of `members` (key: __u32 group_id * MAX_MEMBERS + member index) */
@@ -144,6 +150,20 @@ struct tm_entry {
     __u32 _pad;
     __u64 packets;        /* frames that matched (shared, __sync_fetch_and_add) */
     __u64 bytes;
+};
+
+/* key of `arp_learned`: a host address seen as an ARP sender on a PORT_F_LEARN port */
+struct learn_key {
+    __u32 switch_id;      /* host order */
+    __u32 ip;             /* network order */
+};
+
+/* value of `arp_learned` */
+struct learn_val {
+    __u32 ifindex;        /* port it was seen on (host order) */
+    __u8  mac[6];         /* sender MAC */
+    __u16 _pad;
+    __u64 last_ns;        /* bpf_ktime_get_ns() of the last ARP from it */
 };
 
 /* value of `member_stats` (PERCPU array, same key as `members`) and of

@@ -69,7 +69,8 @@ static __always_inline int rl_drop(struct xdp_md *ctx, struct port_stats *ps, __
     return rl_exit(ctx, XDP_DROP);
 }
 
-static __always_inline int rl_lookup_route(__u32 switch_id, __u32 daddr, __u32 *group_id)
+static __always_inline int rl_lookup_route(__u32 switch_id, __u32 daddr, __u32 *group_id,
+                                           __u64 *avoid)
 {
     struct route_key key = {};
     struct route_val *rv;
@@ -81,7 +82,38 @@ static __always_inline int rl_lookup_route(__u32 switch_id, __u32 daddr, __u32 *
     if (!rv)
         return -1;
     *group_id = rv->group_id;
+    *avoid = rv->avoid_mask;
     return 0;
+}
+
+/* Remember the sender of an ARP seen on a host-facing (PORT_F_LEARN) port; bump
+ * learn_gen when a host is new or moved so the agent's poll sees it. */
+static __always_inline void arp_learn(struct arp_eth_ipv4 *arp, __u32 switch_id, __u32 ifindex)
+{
+    struct learn_key key = {};
+    struct learn_val nv = {}, *lv;
+    __u32 zero = 0;
+    __u64 *gen;
+
+    key.switch_id = switch_id;
+    __builtin_memcpy(&key.ip, arp->ar_sip, 4);
+    if (!key.ip)   /* ARP probe (RFC 5227): no sender address yet */
+        return;
+    lv = arp_learned.lookup(&key);
+    if (lv && lv->ifindex == ifindex && lv->mac[0] == arp->ar_sha[0] &&
+        lv->mac[1] == arp->ar_sha[1] && lv->mac[2] == arp->ar_sha[2] &&
+        lv->mac[3] == arp->ar_sha[3] && lv->mac[4] == arp->ar_sha[4] &&
+        lv->mac[5] == arp->ar_sha[5]) {
+        lv->last_ns = bpf_ktime_get_ns();
+        return;
+    }
+    nv.ifindex = ifindex;
+    __builtin_memcpy(nv.mac, arp->ar_sha, 6);
+    nv.last_ns = bpf_ktime_get_ns();
+    arp_learned.update(&key, &nv);
+    gen = learn_gen.lookup(&zero);
+    if (gen)
+        __sync_fetch_and_add(gen, 1);
 }
 
 static __always_inline int handle_arp(struct xdp_md *ctx, struct hdr_cursor *nh, void *data_end,
@@ -90,12 +122,15 @@ static __always_inline int handle_arp(struct xdp_md *ctx, struct hdr_cursor *nh,
 {
     struct arp_eth_ipv4 *arp;
     struct port_addr_key key = {};
+    __u64 avoid;
     __u32 gid;
     int op;
 
     op = parse_arp(nh, data_end, &arp);
     if (op < 0)
         return rl_drop(ctx, ps, DROP_PARSE_ERROR);
+    if (port->flags & PORT_F_LEARN)
+        arp_learn(arp, port->switch_id, ifindex);
     if (op != RL_ARPOP_REQUEST || !arp_is_plain_request(arp))
         return rl_exit(ctx, XDP_PASS);
 
@@ -103,7 +138,7 @@ static __always_inline int handle_arp(struct xdp_md *ctx, struct hdr_cursor *nh,
     key.ip = arp_target_ip(arp);
     if (!port_addrs.lookup(&key)) {
         if (!(port->flags & PORT_F_PROXY_ARP) ||
-            rl_lookup_route(port->switch_id, key.ip, &gid) < 0)
+            rl_lookup_route(port->switch_id, key.ip, &gid, &avoid) < 0)
             return rl_exit(ctx, XDP_PASS);
     }
     arp_make_reply(eth, arp, port->mac);
@@ -122,38 +157,42 @@ static __always_inline int handle_arp(struct xdp_md *ctx, struct hdr_cursor *nh,
 /* Least-loaded member among LB_SCAN_MAX consecutive members (mod n) from a random one
  * (so ties, e.g. an idle fabric, spread): all of them when n <= LB_SCAN_MAX. The
  * comparison is branch-free: with branches the verifier's paths multiply per candidate. */
-static __always_inline void lb_consider(struct group *grp, __u32 j, __u64 now,
+static __always_inline void lb_consider(struct group *grp, __u32 j, __u64 now, __u64 dead,
                                         __u32 *best, __u64 *best_load)
 {
     __u32 slot = grp->eslots[j & (WCMP_SLOTS - 1)];
     struct port_queue *q = port_queue.lookup(&slot);
-    __u64 load, lt;
+    __u64 load, lt, dm;
 
     if (!q)
         return;
     load = queue_load(q, now);
+    /* a dead member scores "infinitely" loaded (never strictly better than the start) */
+    dm = -(__u64)(j < DOWN_MASK_BITS ? ((dead >> (j & 63)) & 1) : 0);
+    load = (load & ~dm) | (0x7fffffffffffffffULL & dm);
     lt = (__u64)((__s64)(load - *best_load) >> 63);   /* all ones iff load < best_load */
     *best_load = (load & lt) | (*best_load & ~lt);
     *best = (__u32)((j & lt) | (*best & ~lt));
 }
 
-static __always_inline __u32 lb_least_loaded(struct group *grp, __u32 n, __u64 now)
+static __always_inline __u32 lb_least_loaded(struct group *grp, __u32 n, __u64 now, __u64 dead)
 {
     __u32 start = rl_reduce(bpf_get_prandom_u32(), n);
     __u32 best = start;
     __u64 best_load = 0x7fffffffffffffffULL;
 
-    lb_consider(grp, start, now, &best, &best_load);
-    lb_consider(grp, (start + 1) % n, now, &best, &best_load);
-    lb_consider(grp, (start + 2) % n, now, &best, &best_load);
-    lb_consider(grp, (start + 3) % n, now, &best, &best_load);
-    return best;
+    lb_consider(grp, start, now, dead, &best, &best_load);
+    lb_consider(grp, (start + 1) % n, now, dead, &best, &best_load);
+    lb_consider(grp, (start + 2) % n, now, dead, &best, &best_load);
+    lb_consider(grp, (start + 3) % n, now, dead, &best, &best_load);
+    return best;   /* may still be dead (all scanned members dead): lb_select re-picks */
 }
 
 /* Flowlet: keep the flow's member while its packets come closer together than the
  * group's flowlet gap (the shorter busy gap while that member's utilisation is above
  * busy_util); after a longer gap the next flowlet goes to the least-loaded member. */
-static __always_inline __u32 lb_flowlet(struct group *grp, __u32 gid, __u32 n, __u32 hash)
+static __always_inline __u32 lb_flowlet(struct group *grp, __u32 gid, __u32 n, __u32 hash,
+                                        __u64 dead, __u64 live)
 {
     struct flowlet_key key = {};
     struct flowlet *fl, nf = {};
@@ -174,40 +213,64 @@ static __always_inline __u32 lb_flowlet(struct group *grp, __u32 gid, __u32 n, _
             if (q && queue_util(q, now) > grp->busy_util)
                 gap = grp->busy_ns;
         }
-        if (cur < n && now - fl->last_ns <= gap) {
+        /* a flowlet whose member died ends at once (its next member is chosen now) */
+        if (cur < n && !lb_is_dead(dead, cur) && now - fl->last_ns <= gap) {
             fl->last_ns = now;
             return cur;
         }
         nf.flowlets = fl->flowlets + 1;
     }
-    nf.member = lb_least_loaded(grp, n, now);
+    nf.member = lb_least_loaded(grp, n, now, dead);
+    if (lb_is_dead(dead, nf.member))
+        nf.member = lb_repick(live, bpf_get_prandom_u32());
     nf.last_ns = now;
     flowlets.update(&key, &nf);
     return nf.member;
 }
 
-/* Member index (< n, n > 0) for a packet of group gid, by the group's mode. */
-static __always_inline __u32 lb_select(struct group *grp, __u32 gid, __u32 n, const struct flow *f,
-                                       __u32 fields, __u32 seed, __u32 ingress_ifindex, __u16 lbn)
+/* Member index by the group's mode, ignoring liveness (n > 0). *h gets the flow hash
+ * (or a random value for per-packet modes) for a re-pick. */
+static __always_inline __u32 lb_pick(struct group *grp, __u32 gid, __u32 n, const struct flow *f,
+                                     __u32 fields, __u32 seed, __u32 ingress_ifindex, __u16 lbn,
+                                     __u64 dead, __u64 live, __u32 *h)
 {
     __u16 mode = grp->mode;
-    __u32 h;
 
     /* if-chain, not switch: bcc/llvm may emit a jump table, which BPF lacks */
-    if (mode == LB_MODE_LBN)
+    if (mode == LB_MODE_LBN) {
+        *h = rl_fmix((__u32)lbn + 0x9e3779b9);
         return (__u32)lbn % n;
-    if (mode == LB_MODE_SPRAY_RANDOM)
-        return rl_reduce(bpf_get_prandom_u32(), n);
-    if (mode == LB_MODE_SPRAY_RR)   /* one shared counter: per-CPU counters would break RR */
-        return __sync_fetch_and_add(&grp->rr, 1) % n;
-    if (mode == LB_MODE_SPRAYLINK && f->has_bth && roce_is_data(f->bth_opcode))
-        return lb_least_loaded(grp, n, bpf_ktime_get_ns());
-    h = flow_hash(f, fields, seed, ingress_ifindex);
+    }
+    if (mode == LB_MODE_SPRAY_RANDOM || mode == LB_MODE_SPRAY_RR ||
+        (mode == LB_MODE_SPRAYLINK && f->has_bth && roce_is_data(f->bth_opcode))) {
+        *h = bpf_get_prandom_u32();
+        if (mode == LB_MODE_SPRAY_RANDOM)
+            return rl_reduce(*h, n);
+        if (mode == LB_MODE_SPRAY_RR)   /* one shared counter: per-CPU counters would break RR */
+            return __sync_fetch_and_add(&grp->rr, 1) % n;
+        return lb_least_loaded(grp, n, bpf_ktime_get_ns(), dead);
+    }
+    *h = flow_hash(f, fields, seed, ingress_ifindex);
     if (mode == LB_MODE_WCMP && grp->n_wslots)
-        return grp->wslots[rl_reduce(h, grp->n_wslots) & (WCMP_SLOTS - 1)];
+        return grp->wslots[rl_reduce(*h, grp->n_wslots) & (WCMP_SLOTS - 1)];
     if (mode == LB_MODE_FLOWLET)
-        return lb_flowlet(grp, gid, n, h);
-    return rl_reduce(h, n);   /* ECMP, SprayLink protocol/non-RoCE packets, unknown modes */
+        return lb_flowlet(grp, gid, n, *h, dead, live);
+    return rl_reduce(*h, n);   /* ECMP, SprayLink protocol/non-RoCE packets, unknown modes */
+}
+
+/* Member index (< n, n > 0) for a packet of group gid: the mode's pick, re-picked among
+ * live members (by an independent hash of the flow, or at random per packet) only if
+ * that pick is dead. live != 0. */
+static __always_inline __u32 lb_select(struct group *grp, __u32 gid, __u32 n, const struct flow *f,
+                                       __u32 fields, __u32 seed, __u32 ingress_ifindex, __u16 lbn,
+                                       __u64 dead, __u64 live)
+{
+    __u32 h = 0;
+    __u32 idx = lb_pick(grp, gid, n, f, fields, seed, ingress_ifindex, lbn, dead, live, &h);
+
+    if (lb_is_dead(dead, idx))
+        idx = lb_repick(live, rl_fmix(h ^ 0x5bd1e995));
+    return idx;
 }
 
 /* Send the frame out of member m: emulated egress port (virtual queue: tail drop,
@@ -293,6 +356,7 @@ int xdp_switch(struct xdp_md *ctx)
     struct tcphdr *tcph;
     struct ib_bth *bth;
     __u32 switch_id, slot, gid, idx, midx, fields, seed;
+    __u64 avoid = 0, dead, live, all;
     int proto;
 
     port = ports.lookup(&ifindex);
@@ -368,18 +432,34 @@ int xdp_switch(struct xdp_md *ctx)
         tk.proto = f.proto;
         te = tm.lookup(&tk);
         if (te && te->m.ifindex) {
+            __u32 eif = te->m.ifindex;
+            struct port_info *ep = ports.lookup(&eif);
+
+            if (ep && (ep->flags & PORT_F_DOWN))
+                goto route;   /* entry's egress is down: fall back to the route */
             __sync_fetch_and_add(&te->packets, 1);
             __sync_fetch_and_add(&te->bytes, len);
             return rl_transmit(ctx, eth, iph, &te->m, len, NULL);
         }
     }
 
-    if (rl_lookup_route(switch_id, f.daddr, &gid) < 0)
+route:
+    if (rl_lookup_route(switch_id, f.daddr, &gid, &avoid) < 0)
         return rl_drop(ctx, ps, DROP_NO_ROUTE);
 
     grp = groups.lookup(&gid);
     if (!grp || grp->n_members == 0)
         return rl_drop(ctx, ps, DROP_NO_MEMBER);
+
+    /* liveness: down members are never used; the route's avoid mask (remote failure,
+     * ARN) is honoured unless it would leave nothing live */
+    all = rl_member_mask(grp->n_members);
+    dead = grp->down_mask;
+    if (!(all & ~dead))
+        return rl_drop(ctx, ps, DROP_MEMBERS_DOWN);
+    if (all & ~(dead | avoid))
+        dead |= avoid;
+    live = all & ~dead;
 
     seed = sw ? sw->hash_seed : 0;
     fields = grp->hash_fields;
@@ -388,7 +468,7 @@ int xdp_switch(struct xdp_md *ctx)
     if (!fields)
         fields = HASH_FIELDS_5TUPLE;
 
-    idx = lb_select(grp, gid, grp->n_members, &f, fields, seed, ifindex, port->lbn);
+    idx = lb_select(grp, gid, grp->n_members, &f, fields, seed, ifindex, port->lbn, dead, live);
     if (idx >= MAX_MEMBERS)
         return rl_drop(ctx, ps, DROP_NO_MEMBER);
     midx = gid * MAX_MEMBERS + idx;

@@ -50,6 +50,8 @@ class SwitchProgrammer:
         self.seeds: dict[str, int] = {}
         self.hash_fields: dict[str, list[str] | None] = {}
         self.lbn: dict[tuple[str, str], int] = {}
+        self.speed_override: dict[int, int] = {}   # ifindex -> nominal b/s (fault "degrade")
+        self.host_routes: dict[tuple[str, str], int] = {}   # learned /32: (switch, prefix) -> gid
 
     def seed_for(self, switch: str) -> int:
         return zlib.crc32(f"{self.spec.name}/{switch}".encode())
@@ -96,11 +98,70 @@ class SwitchProgrammer:
             raise ValueError("scale must be in [0, 1] (0 = no port model)")
         for node in self.spec.switches:
             for iface in node.interfaces:
-                self.dp.set_port_model(iface.ifindex, speed_bps=int(iface.speed_bps * pm["scale"]),
-                                       buffer_bytes=pm["buffer_bytes"],
-                                       ecn_bytes=pm["ecn_bytes"] if pm["ecn_bytes"] >= 0 else None,
-                                       window_us=pm["window_us"])
+                self._apply_port(iface)
         return dict(pm)
+
+    def _apply_port(self, iface) -> None:
+        pm = self.port_model
+        nominal = self.speed_override.get(iface.ifindex, iface.speed_bps)
+        self.dp.set_port_model(iface.ifindex, speed_bps=int(nominal * pm["scale"]),
+                               buffer_bytes=pm["buffer_bytes"],
+                               ecn_bytes=pm["ecn_bytes"] if pm["ecn_bytes"] >= 0 else None,
+                               window_us=pm["window_us"])
+
+    def port_speed(self, switch: str, port: str, speed_bps: int | None = None) -> dict:
+        """Fault 'degrade': give one port a lower nominal speed (scaled like every port by
+        the lab's port-model scale); speed_bps None restores the topology's speed."""
+        import time
+        node = self._select(switch, None)[0]
+        iface = node.interface(port)
+        if speed_bps is None:
+            self.speed_override.pop(iface.ifindex, None)
+        else:
+            if int(speed_bps) <= 0:
+                raise ValueError("speed must be positive")
+            self.speed_override[iface.ifindex] = int(speed_bps)
+        self._apply_port(iface)
+        model = self.dp.port_model(iface.ifindex) or {}
+        return {"switch": node.name, "port": port, "nominal_speed_bps": iface.speed_bps,
+                "degraded_to_bps": self.speed_override.get(iface.ifindex),
+                "speed_bps": model.get("speed_bps", 0), "t_ns": time.monotonic_ns()}
+
+    # ------------------------------------------------------------ learned hosts
+    def install_host_route(self, leaf, iface, ip: str) -> list[str]:
+        """ARP-to-host-route: a host learned on leaf:iface becomes a /32 on the leaf (out of
+        that port) and on every switch of the leaf's plane (shortest paths towards the leaf),
+        like a leaf advertising it across its plane. Returns the switches programmed."""
+        from collections import deque
+        prefix = f"{ip}/32"
+        nodes = {n.name: n for n in self.spec.switches}
+        graph: dict[str, list[tuple[str, str]]] = {n: [] for n in nodes}
+        for n in self.spec.switches:
+            for i in n.interfaces:
+                peer = i.peer.split(":")[0]
+                if peer in nodes:
+                    graph[n.name].append((peer, i.name))
+        dist = {leaf.name: 0}
+        queue = deque([leaf.name])
+        while queue:
+            cur = queue.popleft()
+            for nbr, _ in graph[cur]:
+                if nbr not in dist:
+                    dist[nbr] = dist[cur] + 1
+                    queue.append(nbr)
+        done = []
+        for name, d in dist.items():
+            node = nodes[name]
+            by_name = {i.name: i for i in node.interfaces}
+            if d == 0:
+                hops = (iface.name,)
+            else:
+                hops = tuple(sorted(i for nbr, i in graph[name] if dist.get(nbr) == d - 1))
+            gid = self._group(name, hops, by_name)
+            self.dp.add_route(node.switch_id, prefix, gid)
+            self.host_routes[(name, prefix)] = gid
+            done.append(name)
+        return done
 
     # ------------------------------------------------------------ load balancing
     def _select(self, switch: str | None, role: str | None) -> list:
@@ -277,7 +338,8 @@ class ControlServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
 
     def __init__(self, path: str, programmer: SwitchProgrammer):
         self.programmer = programmer
-        self.lock = threading.Lock()
+        self.lock = threading.RLock()
+        self.monitor = None            # dataplane.arn.FabricMonitor, set by main()
         super().__init__(path, _Handler)
 
     def dispatch(self, request: dict):
@@ -301,6 +363,36 @@ class ControlServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
                 return self.programmer.tm_del(**fields)
             if op == "tm_list":
                 return self.programmer.tm_list(fields.get("switch"))
+            if op == "port_speed":
+                return self.programmer.port_speed(**fields)
+            if op == "switch_reset":
+                node = self.programmer._select(fields["switch"], None)[0]
+                out = self.programmer.dp.reset_switch_state(node.switch_id)
+                if self.monitor:
+                    self.monitor.clear_switch(node.name)
+                return out
+            if op == "port_states":
+                dp = self.programmer.dp
+                return {n.name: {i.name: dp.port_is_up(i.ifindex) for i in n.interfaces}
+                        for n in self.programmer.spec.switches
+                        if fields.get("switch") in (None, n.name)}
+        # the fabric monitor takes the lock itself where it needs it
+        if op in ("arn_config", "arn_status", "events", "announce_hosts", "hold_ports", "release_ports"):
+            if self.monitor is None:
+                raise ValueError("the fabric monitor is not running")
+            if op == "arn_config":
+                return self.monitor.configure(**fields)
+            if op == "arn_status":
+                return self.monitor.status()
+            if op == "events":
+                return self.monitor.recent_events(int(fields.get("since_ns", 0)))
+            if op == "hold_ports":
+                self.monitor.hold([int(x) for x in fields["ifindexes"]])
+                return {"held": len(fields["ifindexes"])}
+            if op == "release_ports":
+                return self.monitor.release([int(x) for x in fields["ifindexes"]])
+            from dataplane.arn import announce_hosts
+            return {"sent": announce_hosts(self.programmer.spec, fields.get("hosts"))}
         raise ValueError(f"unknown op {op!r}")
 
 
@@ -320,6 +412,10 @@ def main(argv=None) -> int:
 
         ports = sum(len(n.interfaces) for n in spec.switches)
         routes = sum(len(r) for r in spec.routes.values())
+        # room for learned /32 host routes on every switch (ARP-to-host-route) and for
+        # the more specific copies ARN exclusions may add
+        host_ports = sum(len(nic.ports) for nics in spec.host_nics.values() for nic in nics)
+        routes += host_ports * len(spec.switches) + 64
         dp = SwitchDataplane(max_ports=max(64, ports + 1), max_routes=max(256, routes + 1))
         if sys.stdin.readline().strip() != "go":
             return 1
@@ -331,6 +427,9 @@ def main(argv=None) -> int:
         if sock.exists():
             sock.unlink()
         server = ControlServer(str(sock), programmer)
+        from dataplane.arn import FabricMonitor
+        server.monitor = FabricMonitor(programmer, server.lock)
+        server.monitor.start()
     except Exception as err:
         traceback.print_exc()
         ready.write(f"error: {type(err).__name__}: {err}\n")

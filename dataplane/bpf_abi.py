@@ -27,6 +27,7 @@ MAX_ROUTES = 65536
 MAX_ADDRS = 16384
 MAX_FLOWLETS = 65536
 MAX_TM = 16384
+MAX_LEARNED = 16384
 
 # ---- protocol numbers ----
 RL_ETH_P_IP = 0x0800
@@ -46,6 +47,7 @@ DROP_PORT_DOWN = 6
 DROP_UNKNOWN_PORT = 7
 DROP_NOT_UNICAST = 8
 DROP_QUEUE_FULL = 9
+DROP_MEMBERS_DOWN = 10
 DROP_REASON_MAX = 16
 
 DROP_REASONS: dict[int, str] = {
@@ -58,6 +60,7 @@ DROP_REASONS: dict[int, str] = {
     DROP_UNKNOWN_PORT: "unknown_port",
     DROP_NOT_UNICAST: "not_unicast",
     DROP_QUEUE_FULL: "queue_full",
+    DROP_MEMBERS_DOWN: "members_down",
 }
 
 # ---- group modes ----
@@ -82,6 +85,7 @@ LB_MODES: dict[str, int] = {
 LB_MODE_NAMES: dict[int, str] = {v: k for k, v in LB_MODES.items()}
 
 WCMP_SLOTS = 64
+DOWN_MASK_BITS = 64
 LB_SCAN_MAX = 4
 UTIL_ONE = 1024
 
@@ -120,6 +124,7 @@ HASH_FIELDS: dict[str, int] = {
 PORT_F_DOWN = 1 << 0
 PORT_F_PROXY_ARP = 1 << 1
 PORT_F_ARP_XDP_TX = 1 << 2
+PORT_F_LEARN = 1 << 3
 SW_F_TM = 1 << 0
 
 RL_XDP_ACTION_MAX = 5
@@ -161,6 +166,7 @@ class RouteVal(ct.Structure):
     _fields_ = [
         ("group_id", ct.c_uint32),
         ("flags", ct.c_uint32),
+        ("avoid_mask", ct.c_uint64),
     ]
 
 
@@ -178,6 +184,7 @@ class Group(ct.Structure):
         ("wslots", ct.c_uint8 * WCMP_SLOTS),
         ("eslots", ct.c_uint16 * WCMP_SLOTS),
         ("rr", ct.c_uint64),
+        ("down_mask", ct.c_uint64),
     ]
 
 
@@ -281,6 +288,24 @@ class TmEntry(ct.Structure):
     ]
 
 
+class LearnKey(ct.Structure):
+    """key of `arp_learned`: switch_id host order, ip network order"""
+    _fields_ = [
+        ("switch_id", ct.c_uint32),
+        ("ip", ct.c_uint32),
+    ]
+
+
+class LearnVal(ct.Structure):
+    """value of `arp_learned`"""
+    _fields_ = [
+        ("ifindex", ct.c_uint32),
+        ("mac", ct.c_uint8 * 6),
+        ("_pad", ct.c_uint16),
+        ("last_ns", ct.c_uint64),
+    ]
+
+
 # map name -> (key type, value type); sizes of array maps come from the cflags
 MAPS: dict[str, tuple[type, type]] = {
     "ports": (ct.c_uint32, PortInfo),
@@ -297,6 +322,8 @@ MAPS: dict[str, tuple[type, type]] = {
     "port_queue": (ct.c_uint32, PortQueue),
     "flowlets": (FlowletKey, Flowlet),
     "tm": (TmKey, TmEntry),
+    "arp_learned": (LearnKey, LearnVal),
+    "learn_gen": (ct.c_uint32, ct.c_uint64),
 }
 
 # C #define name -> value mirrored above (checked against railab_consts.h)

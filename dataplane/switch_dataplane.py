@@ -135,7 +135,7 @@ class SwitchDataplane:
                  max_groups: int = abi.MAX_GROUPS, max_members: int = abi.MAX_MEMBERS,
                  max_routes: int = abi.MAX_ROUTES, max_addrs: int = abi.MAX_ADDRS,
                  max_flowlets: int = abi.MAX_FLOWLETS, max_tm: int = abi.MAX_TM,
-                 debug: bool = False):
+                 max_learned: int = abi.MAX_LEARNED, debug: bool = False):
         from bcc import BPF
 
         if not 1 <= max_ports <= 65536:
@@ -160,6 +160,7 @@ class SwitchDataplane:
             f"-DMAX_ADDRS={max_addrs}",
             f"-DMAX_FLOWLETS={max_flowlets}",
             f"-DMAX_TM={max_tm}",
+            f"-DMAX_LEARNED={max_learned}",
         ]
         if debug:
             self.cflags.append("-DRAILAB_DEBUG=1")   # bpf_trace_printk on every drop
@@ -181,6 +182,7 @@ class SwitchDataplane:
         self._port_model: dict[int, dict] = {}     # ifindex -> model config
         self._local_refs: dict[tuple[int, int], set[int]] = {}
         self._routes: dict[tuple[int, ipaddress.IPv4Network], int] = {}
+        self._route_avoid: dict[tuple[int, ipaddress.IPv4Network], int] = {}
         self._closed = False
 
     # ------------------------------------------------------------------ map I/O
@@ -269,13 +271,15 @@ class SwitchDataplane:
 
     def set_port(self, ifindex: int, *, switch_id: int, slot: int, mac: bytes | str,
                  speed_bps: int = 0, lbn: int = 0, proxy_arp: bool = False,
-                 up: bool = True, arp_reply: str = "redirect") -> None:
+                 up: bool | None = None, arp_reply: str = "redirect",
+                 learn: bool | None = None) -> None:
         """Declare ifindex a port of switch_id. slot: lab-unique counter index < max_ports.
 
         lbn: this ingress port's LBN value. proxy_arp: answer ARP for any routed target.
         arp_reply: 'redirect' (default; back out of this port via bpf_redirect, works when
         the peer veth has GRO on) or 'tx' (XDP_TX; on veth the peer then needs an XDP
-        program, e.g. attach pass_prog_fd to it)."""
+        program, e.g. attach pass_prog_fd to it). up: None keeps the port's current state
+        (new ports are up). learn: record ARP senders (host-facing ports); None keeps it."""
         if arp_reply not in ("redirect", "tx"):
             raise ValueError("arp_reply must be 'redirect' or 'tx'")
         self._check_switch(switch_id)
@@ -287,8 +291,13 @@ class SwitchDataplane:
         if owner is not None and owner != ifindex:
             raise DataplaneError(f"port slot {slot} already used by ifindex {owner}")
         old = self._ports.get(ifindex)
+        if up is None:
+            up = old is None or not old.flags & abi.PORT_F_DOWN
+        if learn is None:
+            learn = old is not None and bool(old.flags & abi.PORT_F_LEARN)
         flags = ((0 if up else abi.PORT_F_DOWN) | (abi.PORT_F_PROXY_ARP if proxy_arp else 0)
-                 | (abi.PORT_F_ARP_XDP_TX if arp_reply == "tx" else 0))
+                 | (abi.PORT_F_ARP_XDP_TX if arp_reply == "tx" else 0)
+                 | (abi.PORT_F_LEARN if learn else 0))
         info = abi.PortInfo(switch_id=switch_id, slot=slot, flags=flags, lbn=lbn & 0xFFFF,
                             speed_bps=speed_bps)
         info.mac[:] = list(abi.mac_bytes(mac))
@@ -304,11 +313,116 @@ class SwitchDataplane:
             if any(ifx == ifindex for ifx, _ in g.members):
                 self._write_group(gid, g)
 
-    def set_port_state(self, ifindex: int, up: bool) -> None:
-        """Administratively up/down; a down port drops what it receives (reason port_down)."""
+    def set_port_state(self, ifindex: int, up: bool) -> list[int]:
+        """Port up/down. A down port drops what it receives (reason port_down) and every
+        group stops using members that egress through it (group.down_mask), at once and
+        without recomputing routes: flows on live members keep their member, flows of the
+        dead one are re-picked among the live ones. Returns the group ids rewritten."""
         info = self._port(ifindex)
-        info.flags = (info.flags & ~abi.PORT_F_DOWN) | (0 if up else abi.PORT_F_DOWN)
+        flags = (info.flags & ~abi.PORT_F_DOWN) | (0 if up else abi.PORT_F_DOWN)
+        if flags == info.flags:
+            return []
+        info.flags = flags
+        # order: when going down, first stop selecting it, then drop its ingress; going up,
+        # accept ingress first. Either order is safe; this one loses nothing extra.
+        if up:
+            self._update("ports", ct.c_uint32(ifindex), info)
+        changed = []
+        for gid, g in self._groups.items():
+            if any(ifx == ifindex for ifx, _ in g.members):
+                self._write_header(gid, g)
+                changed.append(gid)
+        if not up:
+            self._update("ports", ct.c_uint32(ifindex), info)
+        return changed
+
+    def port_is_up(self, ifindex: int) -> bool:
+        return not self._port(ifindex).flags & abi.PORT_F_DOWN
+
+    def set_port_learn(self, ifindex: int, learn: bool) -> None:
+        """Record ARP senders seen on this port into arp_learned (host-facing ports)."""
+        info = self._port(ifindex)
+        info.flags = (info.flags & ~abi.PORT_F_LEARN) | (abi.PORT_F_LEARN if learn else 0)
         self._update("ports", ct.c_uint32(ifindex), info)
+
+    def group_down_mask(self, group_id: int) -> int:
+        g = self._group(group_id)
+        mask = 0
+        for i, (ifx, _) in enumerate(g.members[: abi.DOWN_MASK_BITS]):
+            p = self._ports.get(ifx)
+            if p is not None and p.flags & abi.PORT_F_DOWN:
+                mask |= 1 << i
+        return mask
+
+    # ------------------------------------------------------------------ learned hosts
+    def learn_generation(self) -> int:
+        v = ct.c_uint64()
+        return v.value if self._lookup("learn_gen", ct.c_uint32(0), v) else 0
+
+    def learned_hosts(self) -> list[dict]:
+        """Hosts learned from ARP: switch_id, ip, ifindex, mac, last_ns (monotonic ns)."""
+        out = []
+        for k, v in self._bpf[b"arp_learned"].items():
+            out.append({"switch_id": k.switch_id, "ip": socket.inet_ntoa(k.ip.to_bytes(4, "little" if abi._LITTLE else "big")),
+                        "ifindex": v.ifindex, "mac": abi.mac_str(v.mac), "last_ns": v.last_ns})
+        return out
+
+    def forget_learned(self, switch_id: int | None = None) -> int:
+        n = 0
+        tbl = self._bpf[b"arp_learned"]
+        for k in list(tbl.keys()):
+            if switch_id is None or k.switch_id == switch_id:
+                try:
+                    del tbl[k]
+                    n += 1
+                except KeyError:
+                    pass
+        return n
+
+    # ------------------------------------------------------------------ switch reset
+    def reset_switch_state(self, switch_id: int) -> dict:
+        """Forget a switch's run-time state, as a reboot would: flowlets of its groups,
+        round-robin counters, emulated queues (re-applied port model), route avoid masks,
+        learned hosts and every counter of its ports, members and traffic-matrix entries.
+        Configuration (ports, routes, groups, static traffic-matrix entries) stays."""
+        ports = [ifx for ifx, p in self._ports.items() if p.switch_id == switch_id]
+        pset = set(ports)
+        gids = [gid for gid, g in self._groups.items() if any(ifx in pset for ifx, _ in g.members)]
+        gset = set(gids)
+        fl = self._bpf[b"flowlets"]
+        flows = 0
+        for k in list(fl.keys()):
+            if k.group_id in gset:
+                try:
+                    del fl[k]
+                    flows += 1
+                except KeyError:
+                    pass
+        for gid in gids:
+            g = self._groups[gid]
+            self._write_header(gid, g)          # rr = 0, down_mask from the ports
+            for i in range(len(g.members)):
+                self._zero_percpu("member_stats", gid * self.max_members + i, abi.PktCount)
+        for ifx in ports:
+            self._zero_percpu("port_stats", self._ports[ifx].slot, abi.PortStats)
+            model = self._port_model.get(ifx)
+            if model:
+                self.set_port_model(ifx, **model)
+        avoided = 0
+        for (sw, net), mask in list(self._route_avoid.items()):
+            if sw == switch_id:
+                self.set_route_avoid(sw, str(net), 0)
+                avoided += 1
+        for ident, info in self._tm.items():
+            if ident[0] == switch_id:
+                key = self._tm_key(*ident)
+                e = abi.TmEntry()
+                if self._lookup("tm", key, e):
+                    e.packets = e.bytes = 0
+                    self._update("tm", key, e)
+        learned = self.forget_learned(switch_id)
+        return {"flowlets": flows, "groups": len(gids), "ports": len(ports),
+                "avoid_cleared": avoided, "learned_forgotten": learned}
 
     def del_port(self, ifindex: int) -> None:
         info = self._ports.pop(ifindex, None)
@@ -425,6 +539,9 @@ class SwitchDataplane:
         hdr = g.header()
         for i, (ifindex, _) in enumerate(g.members[: abi.WCMP_SLOTS]):
             hdr.eslots[i] = self._ports[ifindex].slot
+        for i, (ifindex, _) in enumerate(g.members[: abi.DOWN_MASK_BITS]):
+            if self._ports[ifindex].flags & abi.PORT_F_DOWN:
+                hdr.down_mask |= 1 << i
         self._update("groups", ct.c_uint32(gid), hdr)
 
     def _write_group(self, gid: int, g: GroupState) -> None:
@@ -461,13 +578,34 @@ class SwitchDataplane:
         self._check_group(group_id)
         net = ipaddress.IPv4Network(prefix, strict=False)
         key = self._route_key(switch_id, net)
-        self._update("routes", key, abi.RouteVal(group_id=group_id))
+        avoid = self._route_avoid.get((switch_id, net), 0)
+        self._update("routes", key, abi.RouteVal(group_id=group_id, avoid_mask=avoid))
         self._routes[(switch_id, net)] = group_id
+
+    def set_route_avoid(self, switch_id: int, prefix: str, mask: int) -> None:
+        """Members (bit i = member i of the route's group) to avoid for this prefix: remote
+        failures (FGLB) and adaptive-routing notifications. Advisory in the data path: if
+        avoiding them would leave no live member, they are used anyway."""
+        net = ipaddress.IPv4Network(prefix, strict=False)
+        gid = self._routes.get((switch_id, net))
+        if gid is None:
+            raise DataplaneError(f"switch {switch_id} has no route {net}")
+        mask &= (1 << abi.DOWN_MASK_BITS) - 1
+        self._update("routes", self._route_key(switch_id, net), abi.RouteVal(group_id=gid, avoid_mask=mask))
+        if mask:
+            self._route_avoid[(switch_id, net)] = mask
+        else:
+            self._route_avoid.pop((switch_id, net), None)
+
+    def route_avoid(self, switch_id: int | None = None) -> dict[tuple[int, str], int]:
+        return {(sw, str(net)): m for (sw, net), m in self._route_avoid.items()
+                if switch_id is None or sw == switch_id}
 
     def del_route(self, switch_id: int, prefix: str) -> bool:
         """Remove a route; returns False if there was none."""
         net = ipaddress.IPv4Network(prefix, strict=False)
         self._routes.pop((switch_id, net), None)
+        self._route_avoid.pop((switch_id, net), None)
         return self._delete("routes", self._route_key(switch_id, net))
 
     def lookup_route(self, switch_id: int, ip: str) -> int | None:

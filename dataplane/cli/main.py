@@ -11,7 +11,7 @@ import sys
 
 from dataplane.errors import RailabError
 
-VERB_MODULES = ("topo", "plan", "deploy", "destroy", "inspect", "exec_", "probe", "counters", "bench", "lb", "tm", "top", "run")
+VERB_MODULES = ("topo", "plan", "deploy", "destroy", "inspect", "exec_", "probe", "counters", "bench", "lb", "tm", "top", "run", "fault")
 
 
 def build_parser() -> argparse.ArgumentParser:

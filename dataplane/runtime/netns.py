@@ -104,6 +104,10 @@ def _sysctl_script(node: NodeSpec) -> str:
     ]
     if node.role == "host":
         lines.append("sysctl -qw net.ipv4.fib_multipath_hash_policy=1")
+        # a port that lost carrier leaves the host's multipath routes at once (dual-plane
+        # hosts move their flows to the other plane; back when the carrier returns)
+        lines.append("sysctl -qw net.ipv4.conf.all.ignore_routes_with_linkdown=1 "
+                     "net.ipv4.conf.default.ignore_routes_with_linkdown=1")
     for iface in node.interfaces:
         lines.append(f"sysctl -qw net.ipv4.conf.{iface.name}.rp_filter=0")
         if node.role == "host":

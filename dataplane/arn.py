@@ -1,0 +1,625 @@
+"""Fault reaction in the lab agent: local fast failover, FGLB remote-failure notices,
+adaptive routing notifications (ARN) and ARP-to-host-route learning.
+
+Local fast failover
+    One raw NETLINK_ROUTE socket per switch namespace, bound to RTMGRP_LINK, all in one
+    selector loop (thread). A port is usable while IFF_UP and IFF_LOWER_UP (carrier) are
+    both set; a change calls SwitchDataplane.set_port_state(), which rewrites the
+    down_mask of every group using the port (no controller, no route recomputation).
+
+Notifications (FGLB link down, ARN congestion): real UDP packets on the fabric
+    When switch S has no live member left for a prefix P (all its links towards the
+    leaf owning P are down), or when S's egress port towards P is congested (port model:
+    utilisation >= arn_util or queue >= arn_queue_bytes; off by default), S tells every
+    neighbour N whose route for P has S as a next hop. The message is a UDP datagram sent
+    by S's own kernel stack (a socket opened in S's namespace) from S's port address to
+    N's address on a live link between them, port ARN_PORT, so it is on the wire and a
+    capture on that link shows it. N's XDP program passes it up (destination is N's own
+    address: local_addrs -> XDP_PASS) to N's kernel, where the agent's socket in N's
+    namespace reads it.
+
+    Why agent parsing, not XDP: the reaction is a handful of map writes (route avoid
+    masks) plus a hold timer and a restore; XDP has no timers in bcc 0.26 and cannot
+    write an LPM value it has not looked up, while the agent is already the control
+    plane of every switch, reacts in well under a millisecond, and keeps the logic in
+    one place for both notices.
+
+    N then avoids the members of its route P whose far end is S (route_val.avoid_mask;
+    advisory: if every member would be avoided the data plane uses them anyway) until a
+    RESTORE arrives (link back) or, for congestion, until the hold time ends without a
+    refresh. S refreshes a congestion notice at most every arn_interval_ms while the
+    congestion lasts (rate limit per port).
+
+Packet format (UDP payload, network byte order, 40 bytes), destination port 4792:
+
+    0  magic     4s   b"RARN"
+    4  version   u8   1
+    5  type      u8   1 = WITHDRAW (avoid me for prefix), 2 = RESTORE (use me again)
+    6  reason    u8   1 = LINK_DOWN, 2 = UTILISATION, 3 = QUEUE_DEPTH, 4 = LINK_UP/CLEARED
+    7  flags     u8   0
+    8  seq       u32  per reporting switch, +1 per message
+    12 reporter  u32  switch id of the reporting switch (S)
+    16 nexthop   u32  switch id of the affected next hop (the leaf X behind the port), 0 = n/a
+    20 prefix    4s   IPv4 destination prefix affected (network address)
+    24 plen      u8   its length
+    25 pad       3x
+    28 hold_ms   u32  how long the receiver keeps the exclusion without a refresh (0 = until
+                      RESTORE)
+    32 metric    u32  utilisation x 1024 (UTILISATION) or queue bytes (QUEUE_DEPTH), else 0
+    36 port      u32  ifindex of S's affected egress port, 0 = n/a
+"""
+from __future__ import annotations
+
+import collections
+import dataclasses
+import ipaddress
+import logging
+import os
+import selectors
+import socket
+import struct
+import threading
+import time
+
+from dataplane.netns_util import in_netns
+
+log = logging.getLogger("railab.arn")
+
+ARN_PORT = 4792
+MAGIC = b"RARN"
+VERSION = 1
+FMT = "!4sBBBBIII4sB3xIII"
+SIZE = struct.calcsize(FMT)          # 40
+T_WITHDRAW, T_RESTORE = 1, 2
+R_LINK_DOWN, R_UTIL, R_QUEUE, R_CLEARED = 1, 2, 3, 4
+TYPES = {T_WITHDRAW: "withdraw", T_RESTORE: "restore"}
+REASONS = {R_LINK_DOWN: "link_down", R_UTIL: "utilisation", R_QUEUE: "queue_depth", R_CLEARED: "cleared"}
+
+SO_NO_CHECK = 11                     # UDP without checksum: XDP-passed frames lose offload marks
+RTMGRP_LINK = 1
+RTM_NEWLINK, RTM_DELLINK = 16, 17
+IFF_UP, IFF_LOWER_UP = 0x1, 0x10000
+
+DEFAULTS = {"notify": True,          # FGLB: tell neighbours about lost paths (link down)
+            "arn": False,            # ARN on congestion (needs the port model)
+            "arn_util": 0.9,         # utilisation limit (0..1)
+            "arn_queue_bytes": 16384,  # queue depth limit (bytes at the scaled speed)
+            "hold_ms": 200.0,        # receiver keeps a congestion exclusion this long
+            "interval_ms": 20.0,     # at most one congestion notice per port per interval
+            "poll_ms": 2.0,          # congestion poll period
+            "learn": True}           # ARP-to-host-route on host-facing leaf ports
+
+
+@dataclasses.dataclass
+class Notice:
+    type: int
+    reason: int
+    seq: int
+    reporter: int
+    nexthop: int
+    prefix: str                      # "a.b.c.d/len"
+    hold_ms: int = 0
+    metric: int = 0
+    port: int = 0
+
+    def pack(self) -> bytes:
+        net = ipaddress.IPv4Network(self.prefix, strict=False)
+        return struct.pack(FMT, MAGIC, VERSION, self.type, self.reason, 0, self.seq & 0xFFFFFFFF,
+                           self.reporter, self.nexthop, net.network_address.packed, net.prefixlen,
+                           int(self.hold_ms), int(self.metric) & 0xFFFFFFFF, self.port)
+
+    @classmethod
+    def unpack(cls, data: bytes) -> "Notice":
+        if len(data) < SIZE:
+            raise ValueError(f"ARN message too short ({len(data)} < {SIZE})")
+        (magic, version, typ, reason, _flags, seq, reporter, nexthop, prefix, plen,
+         hold, metric, port) = struct.unpack(FMT, data[:SIZE])
+        if magic != MAGIC or version != VERSION:
+            raise ValueError("not a railab ARN message")
+        net = ipaddress.IPv4Network((socket.inet_ntoa(prefix), plen), strict=False)
+        return cls(typ, reason, seq, reporter, nexthop, str(net), hold, metric, port)
+
+    def describe(self) -> dict:
+        return {"type": TYPES.get(self.type, self.type), "reason": REASONS.get(self.reason, self.reason),
+                "seq": self.seq, "reporter": self.reporter, "nexthop": self.nexthop,
+                "prefix": self.prefix, "hold_ms": self.hold_ms, "metric": self.metric, "port": self.port}
+
+
+def _parse_links(data: bytes):
+    """(ifindex, flags) of every RTM_NEWLINK / RTM_DELLINK in a netlink datagram."""
+    off = 0
+    while off + 16 <= len(data):
+        length, mtype = struct.unpack_from("=IH", data, off)
+        if length < 16:
+            break
+        if mtype in (RTM_NEWLINK, RTM_DELLINK) and off + 32 <= len(data):
+            _fam, _pad, _type, index, flags, _change = struct.unpack_from("=BBHiII", data, off + 16)
+            yield index, (0 if mtype == RTM_DELLINK else flags)
+        off += (length + 3) & ~3
+
+
+def _link_states(netns: str, ifindexes: list[int]) -> dict[int, bool]:
+    """{ifindex: IFF_UP and IFF_LOWER_UP} read over netlink in netns."""
+    from pyroute2 import IPRoute
+    with in_netns(netns):
+        ipr = IPRoute()
+    try:
+        out = {}
+        for ifx in ifindexes:
+            flags = ipr.link("get", index=ifx)[0]["flags"]
+            out[ifx] = bool(flags & IFF_UP) and bool(flags & IFF_LOWER_UP)
+        return out
+    finally:
+        ipr.close()
+
+
+class FabricMonitor:
+    """The agent's reaction thread (see module doc). All map writes under `lock`."""
+
+    def __init__(self, programmer, lock: threading.Lock):
+        self.p = programmer
+        self.spec = programmer.spec
+        self.dp = programmer.dp
+        self.lock = lock
+        self.cfg = dict(DEFAULTS)
+        self.sel = selectors.DefaultSelector()
+        self.stop_r, self.stop_w = os.pipe()
+        self.sel.register(self.stop_r, selectors.EVENT_READ, ("stop", None))
+        self.udp: dict[str, socket.socket] = {}
+        self.nl: dict[str, socket.socket] = {}
+        self.by_name = {n.name: n for n in self.spec.nodes}
+        self.by_id = {n.switch_id: n for n in self.spec.switches}
+        self.port_owner = {i.ifindex: (n, i) for n in self.spec.switches for i in n.interfaces}
+        self.seq = collections.Counter()
+        self.counters = {n.name: collections.Counter() for n in self.spec.switches}
+        self.events: collections.deque = collections.deque(maxlen=4096)
+        # receiver state: (switch, prefix) -> {reporter id: expiry monotonic ns or 0}
+        self.excl: dict[tuple[str, str], dict[int, int]] = {}
+        self.dyn_routes: set[tuple[str, str]] = set()
+        # sender state: (switch, prefix) withdrawn for link down; (switch, port) -> last ARN ns
+        self.withdrawn: set[tuple[str, str]] = set()
+        self.arn_last: dict[tuple[str, int], int] = {}
+        self.arn_active: dict[tuple[str, int], int] = {}
+        self.held: set[int] = set()
+        self.learn_gen = 0
+        self.learned: dict[tuple[str, str], dict] = {}
+        self.next_learn = 0
+        self.thread = threading.Thread(target=self._loop, name="fabric-monitor", daemon=True)
+
+    # ------------------------------------------------------------ setup
+    def start(self) -> None:
+        for node in self.spec.switches:
+            with in_netns(node.netns):
+                nl = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 0)
+                nl.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 20)
+                nl.bind((0, RTMGRP_LINK))
+                udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+                udp.setsockopt(socket.SOL_SOCKET, SO_NO_CHECK, 1)
+                udp.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                udp.bind(("0.0.0.0", ARN_PORT))
+            nl.setblocking(False)
+            udp.setblocking(False)
+            self.nl[node.name] = nl
+            self.udp[node.name] = udp
+            self.sel.register(nl, selectors.EVENT_READ, ("nl", node))
+            self.sel.register(udp, selectors.EVENT_READ, ("udp", node))
+        if self.cfg["learn"]:
+            self._enable_learning()
+        self.thread.start()
+        if self.cfg["learn"]:
+            announce_hosts(self.spec)
+
+    def close(self) -> None:
+        os.write(self.stop_w, b"x")
+        self.thread.join(timeout=2)
+        for s in [*self.nl.values(), *self.udp.values()]:
+            s.close()
+
+    def configure(self, **changes) -> dict:
+        for k, v in changes.items():
+            if v is None:
+                continue
+            if k not in self.cfg:
+                raise ValueError(f"unknown ARN setting {k!r}; known: {', '.join(self.cfg)}")
+            self.cfg[k] = type(DEFAULTS[k])(v)
+        if not self.cfg["arn"]:
+            self._drop_congestion_state()
+        return dict(self.cfg)
+
+    # ------------------------------------------------------------ main loop
+    def _loop(self) -> None:
+        while True:
+            timeout = self.cfg["poll_ms"] / 1000 if self.cfg["arn"] else 0.02
+            for key, _ in self.sel.select(timeout):
+                kind, node = key.data
+                if kind == "stop":
+                    return
+                try:
+                    if kind == "nl":
+                        self._on_netlink(node, key.fileobj)
+                    else:
+                        self._on_udp(node, key.fileobj)
+                except Exception:   # never let one bad message kill the monitor
+                    log.exception("fabric monitor: %s on %s", kind, node.name)
+            try:
+                now = time.monotonic_ns()
+                self._expire(now)
+                if self.cfg["arn"]:
+                    self._poll_congestion(now)
+                if self.cfg["learn"] and now >= self.next_learn:
+                    self.next_learn = now + 50_000_000
+                    self._poll_learned()
+            except Exception:
+                log.exception("fabric monitor: periodic work")
+
+    # ------------------------------------------------------------ local failover
+    def _on_netlink(self, node, sock) -> None:
+        while True:
+            try:
+                data = sock.recv(65536)
+            except BlockingIOError:
+                return
+            t_rx = time.monotonic_ns()
+            for ifindex, flags in _parse_links(data):
+                owner = self.port_owner.get(ifindex)
+                if owner is None or owner[0].name != node.name:
+                    continue
+                up = bool(flags & IFF_UP) and bool(flags & IFF_LOWER_UP)
+                self.port_event(node, owner[1], up, t_rx)
+
+    def hold(self, ifindexes: list[int]) -> None:
+        """Repair in progress: ignore these ports' netlink events until release()."""
+        with self.lock:
+            self.held.update(ifindexes)
+
+    def release(self, ifindexes: list[int]) -> dict:
+        """Apply the kernel's current state of these ports, in the order given (a switch
+        coming back: its own ports first, then its neighbours' ends), under one lock: the
+        neighbours start sending to it only once it can forward everything."""
+        states = {}
+        with self.lock:
+            for ifx in ifindexes:
+                self.held.discard(ifx)
+            by_ns: dict[str, list[int]] = {}
+            for ifx in ifindexes:
+                by_ns.setdefault(self.port_owner[ifx][0].netns, []).append(ifx)
+            for netns, idx in by_ns.items():
+                states.update(_link_states(netns, idx))
+            for ifx in ifindexes:
+                node, iface = self.port_owner[ifx]
+                self.port_event(node, iface, states.get(ifx, False))
+        return {"up": sum(states.values()), "ports": len(ifindexes), "t_ns": time.monotonic_ns()}
+
+    def port_event(self, node, iface, up: bool, t_rx: int | None = None) -> None:
+        with self.lock:
+            if iface.ifindex in self.held:
+                return
+            if self.dp.port_is_up(iface.ifindex) == up:
+                return
+            groups = self.dp.set_port_state(iface.ifindex, up)
+            t_map = time.monotonic_ns()
+            self.events.append({"event": "port_up" if up else "port_down", "switch": node.name,
+                                "port": iface.name, "ifindex": iface.ifindex, "t_rx_ns": t_rx or t_map,
+                                "t_map_ns": t_map, "groups": groups})
+            if self.cfg["notify"]:
+                # every group of the switch, not only the port's: after a reset the
+                # switch re-announces prefixes it still cannot reach
+                self._notify_reachability(node, self._switch_groups(node), t_map)
+
+    def _switch_groups(self, node) -> list[int]:
+        return [gid for (owner, _), gid in self.p.groups.items() if owner == node.name]
+
+    def _group_prefixes(self, node, gids) -> list[tuple[int, str]]:
+        out = []
+        for gid in gids:
+            for prefix in self.p.group_prefixes.get(gid, []):
+                out.append((gid, prefix))
+        return out
+
+    def _notify_reachability(self, node, gids, now) -> None:
+        """S lost (or regained) every member for a prefix: withdraw (restore) it upstream."""
+        for gid, prefix in self._group_prefixes(node, gids):
+            dead = self.dp.group_down_mask(gid)
+            n = len(self.p.group_members[gid])
+            all_dead = dead == (1 << min(n, 64)) - 1
+            key = (node.name, prefix)
+            if all_dead and key not in self.withdrawn:
+                self.withdrawn.add(key)
+                self._send_upstream(node, prefix, T_WITHDRAW, R_LINK_DOWN, gid)
+            elif not all_dead and key in self.withdrawn:
+                self.withdrawn.discard(key)
+                self._send_upstream(node, prefix, T_RESTORE, R_CLEARED, gid)
+
+    # ------------------------------------------------------------ sending
+    def _nexthop_id(self, node, gid) -> int:
+        members = self.p.group_members.get(gid, [])
+        if not members:
+            return 0
+        peer = node.interface(members[0]).peer.split(":")[0]
+        far = self.by_name.get(peer)
+        return far.switch_id if far is not None and far.switch_id else 0
+
+    def upstream(self, node, prefix: str) -> list[tuple[object, object]]:
+        """(neighbour switch, local interface of S towards it) for every neighbour whose
+        route for prefix uses S as a next hop; the interface is a live link to it."""
+        out = []
+        seen = set()
+        for iface in node.interfaces:
+            peer_node, peer_if = iface.peer.split(":", 1)
+            nbr = self.by_name.get(peer_node)
+            if nbr is None or nbr.role == "host" or peer_node in seen:
+                continue
+            if not self.dp.port_is_up(iface.ifindex):
+                continue
+            for route in self.spec.routes.get(peer_node, []):
+                if route.prefix == prefix and any(
+                        nbr.interface(h).peer.split(":")[0] == node.name for h in route.nexthops):
+                    seen.add(peer_node)
+                    out.append((nbr, iface))
+                    break
+        return out
+
+    def _send_upstream(self, node, prefix, typ, reason, gid=None, *, hold_ms=0, metric=0, port=0) -> int:
+        sent = 0
+        sock = self.udp.get(node.name)
+        for nbr, iface in self.upstream(node, prefix):
+            peer = nbr.interface(iface.peer.split(":", 1)[1])
+            if not peer.address:
+                continue
+            self.seq[node.name] += 1
+            msg = Notice(typ, reason, self.seq[node.name], node.switch_id,
+                         self._nexthop_id(node, gid) if gid else 0, prefix, hold_ms, metric, port)
+            try:
+                sock.sendto(msg.pack(), (peer.address.split("/")[0], ARN_PORT))
+            except OSError as err:
+                self.counters[node.name]["send_errors"] += 1
+                log.warning("ARN from %s to %s: %s", node.name, nbr.name, err)
+                continue
+            sent += 1
+            kind = "arn" if reason in (R_UTIL, R_QUEUE) else "notify"
+            self.counters[node.name][f"{kind}_sent"] += 1
+            self.events.append({"event": f"{TYPES[typ]}_sent", "switch": node.name, "to": nbr.name,
+                                "t_ns": time.monotonic_ns(), **msg.describe()})
+        return sent
+
+    # ------------------------------------------------------------ receiving
+    def _on_udp(self, node, sock) -> None:
+        while True:
+            try:
+                data, addr = sock.recvfrom(2048)
+            except BlockingIOError:
+                return
+            t_rx = time.monotonic_ns()
+            try:
+                msg = Notice.unpack(data)
+            except ValueError:
+                self.counters[node.name]["bad_received"] += 1
+                continue
+            self.handle_notice(node, msg, t_rx, addr[0])
+
+    def handle_notice(self, node, msg: Notice, t_rx: int, src: str = "") -> None:
+        kind = "arn" if msg.reason in (R_UTIL, R_QUEUE) else "notify"
+        if msg.type == T_RESTORE:
+            kind = "restore"
+        self.counters[node.name][f"{kind}_received"] += 1
+        reporter = self.by_id.get(msg.reporter)
+        with self.lock:
+            key = (node.name, msg.prefix)
+            if reporter is None or not self._ensure_route(node, msg.prefix):
+                self.counters[node.name]["ignored"] += 1
+                return
+            table = self.excl.setdefault(key, {})
+            if msg.type == T_WITHDRAW:
+                table[msg.reporter] = t_rx + msg.hold_ms * 1_000_000 if msg.hold_ms else 0
+            else:
+                table.pop(msg.reporter, None)
+            self._apply_excl(node, msg.prefix)
+            self.events.append({"event": f"{TYPES.get(msg.type)}_received", "switch": node.name,
+                                "from": reporter.name, "src": src, "t_rx_ns": t_rx,
+                                "t_map_ns": time.monotonic_ns(), **msg.describe()})
+
+    def _ensure_route(self, node, prefix: str) -> bool:
+        if prefix in self.dp.routes(node.switch_id):
+            return True
+        gid = self.dp.lookup_route(node.switch_id, prefix.split("/")[0])
+        if gid is None:
+            return False
+        self.dp.add_route(node.switch_id, prefix, gid)   # more specific copy, just for the mask
+        self.dyn_routes.add((node.name, prefix))
+        return True
+
+    def _apply_excl(self, node, prefix) -> None:
+        key = (node.name, prefix)
+        reporters = {self.by_id[r].name for r in self.excl.get(key, {}) if r in self.by_id}
+        net = ipaddress.IPv4Network(prefix)
+        # the prefix's route and every more specific one (learned /32 host routes)
+        for rprefix, gid in self.dp.routes(node.switch_id).items():
+            rnet = ipaddress.IPv4Network(rprefix)
+            if not rnet.subnet_of(net):
+                continue
+            covering = {r for (sw, p), t in self.excl.items() if sw == node.name and t
+                        and rnet.subnet_of(ipaddress.IPv4Network(p))
+                        for r in t if r in self.by_id}
+            names = {self.by_id[r].name for r in covering}
+            mask = 0
+            for i, ifx in enumerate(self.dp.group_info(gid)["members"][:64]):
+                if self.port_owner[ifx][1].peer.split(":")[0] in names:
+                    mask |= 1 << i
+            self.dp.set_route_avoid(node.switch_id, rprefix, mask)
+        if not reporters:
+            self.excl.pop(key, None)
+            if key in self.dyn_routes:
+                self.dyn_routes.discard(key)
+                self.dp.del_route(node.switch_id, prefix)
+
+    def _expire(self, now: int) -> None:
+        due = [(k, r) for k, t in self.excl.items() for r, exp in t.items() if exp and exp <= now]
+        if not due:
+            return
+        with self.lock:
+            for (sw, prefix), reporter in due:
+                table = self.excl.get((sw, prefix))
+                if table is None or table.get(reporter, 0) == 0 or table[reporter] > now:
+                    continue
+                del table[reporter]
+                self.counters[sw]["expired"] += 1
+                self.events.append({"event": "exclusion_expired", "switch": sw, "prefix": prefix,
+                                    "reporter": reporter, "t_ns": now})
+                self._apply_excl(self.by_name[sw], prefix)
+
+    def clear_switch(self, name: str) -> None:
+        """Forget what switch `name` holds or has sent (its state was reset, as by a
+        reboot): its own exclusions, and every exclusion its notices caused elsewhere --
+        once its ports are back, it re-announces whatever it still cannot reach."""
+        sid = self.by_name[name].switch_id
+        with self.lock:
+            for key in list(self.excl):
+                if key[0] == name:
+                    self.excl[key] = {}
+                elif sid in self.excl[key]:
+                    del self.excl[key][sid]
+                else:
+                    continue
+                self._apply_excl(self.by_name[key[0]], key[1])
+            self.withdrawn = {k for k in self.withdrawn if k[0] != name}
+            for key in [k for k in self.arn_active if k[0] == name]:
+                self.arn_active.pop(key, None)
+
+    def _drop_congestion_state(self) -> None:
+        with self.lock:
+            for key, table in list(self.excl.items()):
+                for r, exp in list(table.items()):
+                    if exp:
+                        del table[r]
+                self._apply_excl(self.by_name[key[0]], key[1])
+            self.arn_active.clear()
+
+    # ------------------------------------------------------------ ARN on congestion
+    def _arn_ports(self) -> list:
+        """(switch, egress interface, [(gid, prefix)]) for every port that carries a prefix
+        some neighbour routes through this switch: the ports whose congestion matters."""
+        if getattr(self, "_arn_port_list", None) is None:
+            ports: dict[int, tuple] = {}
+            for (owner, members), gid in self.p.groups.items():
+                node = self.by_name[owner]
+                for prefix in self.p.group_prefixes.get(gid, []):
+                    if not self._has_upstream(node, prefix):
+                        continue
+                    for ifname in members:
+                        iface = node.interface(ifname)
+                        ports.setdefault(iface.ifindex, (node, iface, []))[2].append((gid, prefix))
+            self._arn_port_list = list(ports.values())
+        return self._arn_port_list
+
+    def _has_upstream(self, node, prefix) -> bool:
+        for iface in node.interfaces:
+            nbr = self.by_name.get(iface.peer.split(":", 1)[0])
+            if nbr is None or nbr.role == "host":
+                continue
+            for route in self.spec.routes.get(nbr.name, []):
+                if route.prefix == prefix and any(
+                        nbr.interface(h).peer.split(":")[0] == node.name for h in route.nexthops):
+                    return True
+        return False
+
+    def _poll_congestion(self, now: int) -> None:
+        interval = int(self.cfg["interval_ms"] * 1e6)
+        for node, iface, targets in self._arn_ports():
+            key = (node.name, iface.ifindex)
+            if now - self.arn_last.get(key, 0) < interval:
+                continue
+            with self.lock:
+                if not self.dp.port_is_up(iface.ifindex):
+                    continue
+                st = self.dp.port_queue_state(iface.ifindex)
+            reason, metric = 0, 0
+            if st["queue_bytes"] >= self.cfg["arn_queue_bytes"]:
+                reason, metric = R_QUEUE, st["queue_bytes"]
+            elif st["utilization"] >= self.cfg["arn_util"]:
+                reason, metric = R_UTIL, int(st["utilization"] * 1024)
+            if not reason:
+                continue
+            self.arn_last[key] = now
+            self.arn_active[key] = now
+            self.events.append({"event": "congestion", "switch": node.name, "port": iface.name,
+                                "reason": REASONS[reason], "metric": metric, "t_ns": now})
+            for gid, prefix in targets:
+                self._send_upstream(node, prefix, T_WITHDRAW, reason, gid,
+                                    hold_ms=int(self.cfg["hold_ms"]), metric=metric, port=iface.ifindex)
+
+    # ------------------------------------------------------------ ARP -> host routes
+    def _enable_learning(self) -> None:
+        with self.lock:
+            for node in self.spec.switches:
+                for iface in node.interfaces:
+                    peer = self.by_name.get(iface.peer.split(":")[0])
+                    if peer is not None and peer.role == "host":
+                        self.dp.set_port_learn(iface.ifindex, True)
+
+    def _poll_learned(self) -> None:
+        gen = self.dp.learn_generation()
+        if gen == self.learn_gen:
+            return
+        self.learn_gen = gen
+        with self.lock:
+            for h in self.dp.learned_hosts():
+                node = self.by_id.get(h["switch_id"])
+                owner = self.port_owner.get(h["ifindex"])
+                if node is None or owner is None:
+                    continue
+                key = (node.name, h["ip"])
+                if self.learned.get(key, {}).get("ifindex") == h["ifindex"]:
+                    continue
+                self.learned[key] = h
+                for sw in self.p.install_host_route(node, owner[1], h["ip"]):
+                    for (esw, p), t in list(self.excl.items()):   # keep exclusions in force
+                        if esw == sw and t and ipaddress.IPv4Address(h["ip"]) in ipaddress.IPv4Network(p):
+                            self._apply_excl(self.by_name[sw], p)
+                self.counters[node.name]["hosts_learned"] += 1
+                self.events.append({"event": "host_learned", "switch": node.name, "ip": h["ip"],
+                                    "port": owner[1].name, "mac": h["mac"], "t_ns": time.monotonic_ns()})
+
+    # ------------------------------------------------------------ status
+    def status(self) -> dict:
+        return {"config": dict(self.cfg),
+                "counters": {k: dict(v) for k, v in self.counters.items() if v},
+                "exclusions": [{"switch": sw, "prefix": p, "reporters": [self.by_id[r].name for r in t],
+                                "expires_ns": list(t.values())} for (sw, p), t in self.excl.items() if t],
+                "withdrawn": sorted(f"{sw} {p}" for sw, p in self.withdrawn),
+                "learned": [{"switch": sw, "ip": ip, "port": self.port_owner[h["ifindex"]][1].name,
+                             "mac": h["mac"]} for (sw, ip), h in sorted(self.learned.items())]}
+
+    def recent_events(self, since_ns: int = 0) -> list[dict]:
+        return [e for e in list(self.events)
+                if max(e.get("t_ns", 0), e.get("t_map_ns", 0), e.get("t_rx_ns", 0)) >= since_ns]
+
+
+def garp_frame(mac: str, ip: str) -> bytes:
+    """Gratuitous ARP request (sender = target = ip), broadcast."""
+    m = bytes.fromhex(mac.replace(":", ""))
+    a = socket.inet_aton(ip)
+    return (b"\xff" * 6 + m + b"\x08\x06" + struct.pack("!HHBBH", 1, 0x0800, 6, 4, 1)
+            + m + a + b"\x00" * 6 + a)
+
+
+def announce_hosts(spec, hosts: list[str] | None = None) -> int:
+    """Every host announces each NIC address out of every port of it (both planes) with a
+    gratuitous ARP, as a dual-plane host does at start; leaves learn it (PORT_F_LEARN)."""
+    sent = 0
+    for node in spec.hosts:
+        if hosts is not None and node.name not in hosts:
+            continue
+        for nic in spec.host_nics.get(node.name, []):
+            ip = nic.address.split("/")[0]
+            for port in nic.ports:
+                iface = node.interface(port)
+                try:
+                    with in_netns(node.netns):
+                        s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW)
+                    with s:
+                        s.bind((port, 0))
+                        s.send(garp_frame(iface.mac, ip))
+                        sent += 1
+                except OSError as err:
+                    log.warning("GARP from %s:%s: %s", node.name, port, err)
+    return sent
