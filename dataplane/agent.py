@@ -295,6 +295,13 @@ class SwitchProgrammer:
             for iface in node.interfaces:
                 attach_xdp(node.netns, iface.ifindex, self.dp.prog_fd)
 
+    def trace(self, flow: dict) -> dict:
+        """The path the data plane picks for one flow (see dataplane.pathtrace)."""
+        from dataplane.pathtrace import FlowKey, trace
+
+        return trace(self.spec, FlowKey(**flow),
+                     lambda netns, frame, ifindex: _run_frame(self.dp.prog_fd, netns, frame, ifindex))
+
     def counters(self, switch: str | None = None) -> dict:
         result: dict = {"switches": {}}
         for node in self.spec.switches:
@@ -320,6 +327,16 @@ class SwitchProgrammer:
                 }
             result["switches"][node.name] = {"ports": ports, "groups": groups}
         return result
+
+
+def _run_frame(prog_fd: int, netns: str, frame: bytes, ifindex: int) -> tuple[int, bytes]:
+    from dataplane.netns_util import in_netns
+    from dataplane.progtest import prog_test_run
+
+    # The ingress device is looked up in the caller's namespace: the switch's.
+    with in_netns(netns):
+        result = prog_test_run(prog_fd, frame, ingress_ifindex=ifindex)
+    return result.retval, result.data
 
 
 class _Handler(socketserver.StreamRequestHandler):
@@ -350,6 +367,8 @@ class ControlServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
                         "groups": len(self.programmer.groups)}
             if op == "counters":
                 return self.programmer.counters(request.get("switch"))
+            if op == "trace":
+                return [self.programmer.trace(flow) for flow in request["flows"]]
             fields = {k: v for k, v in request.items() if k != "op"}
             if op == "lb_set":
                 return self.programmer.lb_set(**fields)

@@ -173,8 +173,29 @@ class _RunClock(threading.Thread):
             self.stop.wait(min(self.sample_s / 4, 0.02))
 
 
+PER_PACKET_MODES = ("spray-rr", "spray-random", "spraylink")
+
+
+def trace_flows(spec: LabSpec, flows: list[wl.Flow], ports: dict[int, str]) -> dict[int, dict]:
+    """The path the data plane picks for each flow, asked of the program itself."""
+    from dataplane.runtime import agent_client
+
+    keys = [{"src": f"{f.src_host}:{ports[f.flow_id]}", "src_ip": f.src_ip, "dst_ip": f.dst_ip,
+             "sport": f.src_port, "dport": f.dst_port, "dqpn": f.dst_qp} for f in flows]
+    traced = agent_client.request(spec.name, "trace", flows=keys, timeout_s=120)
+    return {f.flow_id: {"key": k, **t} for f, k, t in zip(flows, keys, traced)}
+
+
+def _on_failed(spec: LabSpec, path: dict, events: list[dict]) -> bool:
+    from dataplane.pathtrace import FlowKey, path_links, touches
+
+    links = path_links(spec, FlowKey(**path["key"]), path)
+    return any(touches(spec, links, e) for e in events
+               if e["fault"] in ("link-down", "switch-down", "plane-down", "degrade"))
+
+
 def run_once(spec: LabSpec, experiment: Experiment, flows: list[wl.Flow], label: str,
-             seed: int | None) -> dict:
+             seed: int | None, mode: str | None = None) -> dict:
     fabric = Fabric(spec.name)
     by_name = {n.name: n for n in spec.nodes}
     senders: dict[str, list[dict]] = {}
@@ -183,6 +204,8 @@ def run_once(spec: LabSpec, experiment: Experiment, flows: list[wl.Flow], label:
         senders.setdefault(flow.src_host, []).append(
             {"port": ports[flow.flow_id % len(ports)], "flow": flow_to_json(flow)})
     receivers = sorted({f.dst_host for f in flows if f.dst_host})
+    ports = {item["flow"]["flow_id"]: item["port"] for items in senders.values() for item in items}
+    paths = trace_flows(spec, flows, ports)
 
     procs: dict[str, _HostProcs] = {h: _HostProcs(h, by_name[h].netns) for h in set(senders) | set(receivers)}
     before = fabric.counters()
@@ -255,7 +278,13 @@ def run_once(spec: LabSpec, experiment: Experiment, flows: list[wl.Flow], label:
             **stats, "flow_id": flow.flow_id, "cls": flow.cls,
             "src": f"{flow.src_host}:{flow.src_ifname}", "dst": f"{flow.dst_host}:{flow.dst_ifname}",
             "offered_bps": flow.rate_bps, "sent_packets": sent.get(str(flow.flow_id), 0),
+            "path": [f"{h['switch']}:{h['in']}>{h['out']}" for h in paths[flow.flow_id]["hops"]],
         })
+        if experiment.events:
+            per_packet = (mode or label) in PER_PACKET_MODES
+            # Sprayed flows use every path; the traced one is only one packet's.
+            flow_records[-1]["on_failed_element"] = True if per_packet else \
+                _on_failed(spec, paths[flow.flow_id], experiment.events)
     return {
         # Loads are bytes over the sending time; wall time adds process start-up.
         "mode": label, "seed": seed, "duration_s": experiment.duration_s, "wall_s": elapsed,

@@ -56,7 +56,7 @@ def run(exp: Experiment, progress=None, lab_name: str | None = None) -> tuple[di
         for mode in exp.modes:
             runner.apply_mode(fabric, mode)
             advance(f"running {mode.label}")
-            one = runner.run_once(spec, exp, flows, mode.label, None)
+            one = runner.run_once(spec, exp, flows, mode.label, None, mode.mode)
             results["modes"][mode.label] = {"mode": mode.mode, "options": mode.options, "runs": [one],
                                             "metrics": metrics.run_metrics(one)}
         if exp.sweep:
@@ -67,7 +67,7 @@ def run(exp: Experiment, progress=None, lab_name: str | None = None) -> tuple[di
             for seed in range(sweep["first_seed"], sweep["first_seed"] + sweep["seeds"]):
                 runner.apply_mode(fabric, mode, seed)
                 advance(f"{mode.label}: seed {seed}")
-                runs.append(runner.run_once(spec, exp, flows, mode.label, seed))
+                runs.append(runner.run_once(spec, exp, flows, mode.label, seed, mode.mode))
             results["sweeps"][mode.label] = {"mode": mode.mode, "runs": runs,
                                              "summary": metrics.mode_summary(runs),
                                              "idle_uplinks": metrics.idle_summary(runs)}

@@ -321,6 +321,25 @@ def run_metrics(run: dict) -> dict:
         "ce_packets": _sum(flows, "ce"),
         "messages_completed": _sum(flows, "messages_completed"),
         "messages_incomplete": _sum(flows, "messages_incomplete"),
+        **fault_metrics(run),
+    }
+
+
+def fault_metrics(run: dict) -> dict:
+    """For runs with fault events: flows whose path crossed a failed element, the packets
+    they lost, packets lost by every other flow (should be 0), and the recovery time = the
+    longest delivery gap among the affected flows. Empty for runs without events."""
+    flows = run.get("flows", [])
+    if not run.get("events") or not any("on_failed_element" in f for f in flows):
+        return {}
+    hit = [f for f in flows if f.get("on_failed_element")]
+    rest = [f for f in flows if not f.get("on_failed_element")]
+    gaps = [float(f.get("max_gap_us") or 0) for f in hit]
+    return {
+        "flows_on_failed": len(hit),
+        "loss_on_failed": _sum(hit, "lost"),
+        "loss_elsewhere": _sum(rest, "lost"),
+        "recovery_ms": max(gaps) / 1000 if gaps else None,
     }
 
 

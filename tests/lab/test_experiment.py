@@ -87,3 +87,27 @@ def test_ecmp_seed_sweep_matches_balls_into_bins(tmp_path):
     assert abs(idle["measured_mean"] - idle["expected_mean"]) <= 0.10 * idle["expected_mean"], idle
     # Luck, not a constant: different seeds leave different numbers of uplinks idle.
     assert len(set(idle["measured"])) > 1
+
+
+def test_scheduled_link_failure_is_reported_per_flow(tmp_path):
+    name = unique_name("lf")
+    proc = railab("run", str(EXPERIMENTS / "link-failure.yml"), "--json", "--output", str(tmp_path),
+                  "--name", name, timeout=600)
+    assert leftovers(name) == []
+    report = json.loads(proc.stdout)
+    ecmp = report["modes"]["ecmp"]
+    # The data plane's own path trace puts some flows on the failed uplink; the others
+    # must not lose a packet, and the failed link's flows move on by themselves.
+    assert ecmp["flows_on_failed"] >= 1
+    assert ecmp["loss_elsewhere"] == 0
+    assert ecmp["loss_on_failed"] <= 5
+    results = json.loads((Path(report["folder"]) / "results.json").read_text())
+    run = results["modes"]["ecmp"]["runs"][0]
+    assert [e["what"].split()[0] for e in run["events"]] == ["link-down", "link-up"]
+    assert len(run["timeline"]) > 20
+    assert any(p.endswith("timeline.png") for p in report["plots"])
+    hit = [f for f in run["flows"] if f["on_failed_element"]]
+    crosses = lambda step: (step.startswith("leaf1-r0:") and step.endswith(">up1")) or \
+        (step.startswith("spine1:") and step.endswith(">down1"))  # noqa: E731 (either direction)
+    assert all(any(crosses(step) for step in f["path"]) for f in hit)
+    assert not any(any(crosses(step) for step in f["path"]) for f in run["flows"] if not f["on_failed_element"])
