@@ -57,6 +57,25 @@ static __always_inline __u32 rl_reduce(__u32 x, __u32 n)
     return (__u32)(((__u64)x * n) >> 32);
 }
 
+/* x % n (n > 0) without the division (tens of cycles) when n is a power of two. */
+static __always_inline __u32 rl_mod(__u64 x, __u32 n)
+{
+    if (!(n & (n - 1)))
+        return (__u32)x & (n - 1);
+    if (!(x >> 32))
+        return (__u32)x % n;      /* 32-bit division: cheaper than 64-bit */
+    return x % n;
+}
+
+/* j % n for j < 4 * n (n > 0): at most three subtractions, no division. */
+static __always_inline __u32 rl_mod_small(__u32 j, __u32 n)
+{
+    j -= j >= n ? n : 0;
+    j -= j >= n ? n : 0;
+    j -= j >= n ? n : 0;
+    return j;
+}
+
 /* ---- liveness (local fast failover, remote-failure / ARN exclusions) ----
  * A group has a "dead" mask (bit i = member i unusable). Every mode first picks from
  * the FULL member list exactly as without failures; only if that pick is dead does

@@ -35,6 +35,14 @@
 #ifndef MAX_TM
 #define MAX_TM 16384            /* static traffic-matrix entries, all switches together */
 #endif
+#ifndef PORT_INDEX_SLOTS
+#define PORT_INDEX_SLOTS 9216   /* port_index covers ifindex 0 .. PORT_INDEX_SLOTS-1 (the
+                                 * agent passes 2 * max_ports + 1024); larger ifindexes
+                                 * use the `ports` hash only */
+#endif
+#ifndef ROUTE_CACHE_SLOTS
+#define ROUTE_CACHE_SLOTS 8192  /* per-CPU route cache entries (power of two) */
+#endif
 
 /* ---- protocol numbers ---- */
 #define RL_ETH_P_IP     0x0800
@@ -99,8 +107,15 @@
                                        * the ingress port; on veth XDP_TX only reaches the peer
                                        * if the peer has an XDP program (GRO is not enough) */
 #define PORT_F_LEARN      (1U << 3)   /* host-facing: record ARP senders into `arp_learned` */
+#define PORT_F_VALID      (1U << 15)  /* set in `port_index` entries only: this ifindex is a
+                                       * switch port (a zeroed entry is not) */
 
 #define SW_F_TM           (1U << 0)   /* switch_cfg.flags: the switch has traffic-matrix entries */
+
+#define RC_F_VALID        (1U << 0)   /* route_cache.flags: the entry was filled */
+#define RC_F_LOCAL        (1U << 1)   /* ... dst is owned by the switch (in local_addrs) */
+#define RC_F_ROUTE        (1U << 2)   /* ... the LPM had a route (group_id, avoid_mask valid) */
+#define RC_F_TM           (1U << 3)   /* ... the switch has `tm` entries for dst (tm_dsts) */
 
 #define RL_XDP_ACTION_MAX 5           /* XDP_ABORTED .. XDP_REDIRECT */
 

@@ -12,12 +12,25 @@
  * (which switch the port belongs to, its slot, MAC, flags). */
 BPF_HASH(ports, __u32, struct port_info, MAX_PORTS);
 
-/* switches: key __u32 switch_id (array index) -> struct switch_cfg (hash seed, default fields). */
+/* port_index: key __u32 ingress ifindex (host order) used as the array index -> struct
+ * port_info, a copy of the `ports` entry with PORT_F_VALID set (zeroed = not a port).
+ * The agent keeps every port with ifindex < PORT_INDEX_SLOTS here, so the data path
+ * reads this array (inlined lookup) and falls back to the hash only for larger ifindexes. */
+BPF_ARRAY(port_index, struct port_info, PORT_INDEX_SLOTS);
+
+/* switches: key __u32 switch_id (array index) -> struct switch_cfg (hash seed, default fields,
+ * SW_F_* flags, route_gen: the generation that validates this switch's route_cache entries). */
 BPF_ARRAY(switches, struct switch_cfg, MAX_SWITCHES);
 
 /* routes: LPM trie, key struct route_key {prefixlen = 32 + plen, switch_id big-endian,
  * IPv4 dst big-endian} -> struct route_val {group_id}. Per-switch routing tables. */
 BPF_LPM_TRIE(routes, struct route_key, struct route_val, MAX_ROUTES);
+
+/* route_cache: PERCPU (no locking, no torn entries), direct-mapped: key __u32 slot =
+ * rc_slot(switch_id, dst) -> struct route_cache {switch_id host order, dst big-endian,
+ * generation, RC_F_* (local / has route), group_id, avoid_mask}. Caches local_addrs + routes
+ * per (switch, dst); an entry is used only if switch_id, dst and switch_cfg.route_gen match. */
+BPF_PERCPU_ARRAY(route_cache, struct route_cache, ROUTE_CACHE_SLOTS);
 
 /* groups: key __u32 group_id (array index, lab-wide) -> struct group {mode, n_members,
  * hash_fields, flowlet/busy timeouts, WCMP slot table, round-robin counter}. */
@@ -37,7 +50,8 @@ BPF_HASH(local_addrs, struct local_addr_key, __u32, MAX_ADDRS);
 
 /* port_queue: shared (not per-CPU: every CPU must see one queue), key __u32 port slot ->
  * struct port_queue {speed as ps/byte, buffer and ECN threshold as drain ns, virtual queue
- * end time, utilisation EWMA}, updated under its bpf_spin_lock on every transmit. */
+ * end time, utilisation EWMA}, updated on every transmit with atomics (lock-free; the
+ * bpf_spin_lock serves the agent's BPF_F_LOCK config writes). */
 BPF_ARRAY(port_queue, struct port_queue, MAX_PORTS);
 
 /* flowlets: LRU hash, key struct flowlet_key {group_id host order, flow hash} ->
@@ -48,6 +62,11 @@ BPF_TABLE("lru_hash", struct flowlet_key, struct flowlet, flowlets, MAX_FLOWLETS
  * order, ports host order, proto} -> struct tm_entry {member to use, match counters}.
  * Only looked up for switches whose switch_cfg.flags has SW_F_TM. */
 BPF_HASH(tm, struct tm_key, struct tm_entry, MAX_TM);
+
+/* tm_dsts: key struct tm_dst_key {switch_id host order, daddr network order} -> __u32
+ * number of `tm` entries of that switch with that destination. Read only when a
+ * route_cache entry is filled (RC_F_TM), so packets to other destinations skip `tm`. */
+BPF_HASH(tm_dsts, struct tm_dst_key, __u32, MAX_TM);
 
 /* arp_learned: key struct learn_key {switch_id host order, IPv4 big-endian} -> struct
  * learn_val {port ifindex, sender MAC, last seen}: hosts learned from ARP on PORT_F_LEARN

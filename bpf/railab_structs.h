@@ -10,7 +10,8 @@
 
 #include "railab_consts.h"
 
-/* value of `ports` (key: __u32 ingress ifindex, host order) */
+/* value of `ports` (key: __u32 ingress ifindex, host order) and of `port_index` (key: the
+ * same ifindex as an array index; those entries also carry PORT_F_VALID) */
 struct port_info {
     __u32 switch_id;      /* owning switch, index into `switches` */
     __u16 slot;           /* lab-unique port slot < MAX_PORTS: index into port_stats */
@@ -26,7 +27,9 @@ struct switch_cfg {
     __u32 hash_seed;      /* per-switch ECMP seed (defeats hash polarization) */
     __u32 hash_fields;    /* default HASH_F_* for groups whose hash_fields is 0 */
     __u32 flags;          /* SW_F_* (SW_F_TM: look up `tm` for this switch's packets) */
-    __u32 _pad;
+    __u32 route_gen;      /* bumped by the agent after every change of this switch's routes,
+                           * avoid masks or local addresses: route_cache entries filled under
+                           * another generation are stale */
 };
 
 /* key of `routes` (LPM trie). prefixlen counts bits of (switch_id_be, dst):
@@ -45,6 +48,20 @@ struct route_val {
     __u64 avoid_mask;     /* members (bit i = member i) to avoid for this prefix: remote
                            * failure / adaptive-routing exclusions installed by the agent.
                            * Advisory: if it would leave no live member it is ignored. */
+};
+
+/* value of `route_cache` (PERCPU array, key: slot = rc_slot(switch_id, dst)): the result
+ * of the local-address check and the LPM lookup for one (switch, dst), filled by the data
+ * path on a miss. Valid while flags has RC_F_VALID, switch_id/dst match the packet and gen
+ * equals the switch's switch_cfg.route_gen. */
+struct route_cache {
+    __u32 switch_id;      /* host order */
+    __u32 dst;            /* IPv4 destination, network order */
+    __u32 gen;            /* switch_cfg.route_gen read before the lookups that filled it */
+    __u32 flags;          /* RC_F_* */
+    __u32 group_id;       /* route_val.group_id (RC_F_ROUTE) */
+    __u32 _pad;
+    __u64 avoid_mask;     /* route_val.avoid_mask (RC_F_ROUTE) */
 };
 
 /* value of `groups` (key: __u32 group_id, array index). Written by the agent; the
@@ -107,7 +124,9 @@ struct port_stats {
  * the port's speed, so the backlog is (t_free - now) ns worth of bytes. Frames are
  * not delayed (XDP cannot hold them): "queue" means accounting for tail drop, ECN
  * and the load-aware modes, not added latency. Config fields are written by the
- * agent (BPF_F_LOCK); state fields only by the data path under `lock`. */
+ * agent (BPF_F_LOCK); state fields only by the data path, lock-free: t_free by
+ * compare-and-swap, win_busy_ns by atomic add; the CPU whose compare-and-swap of
+ * win_start closes a window takes win_busy_ns (atomic exchange) and writes util. */
 struct port_queue {
     struct bpf_spin_lock lock;
     __u32 ps_per_byte;    /* config: 8e12 / scaled speed (picoseconds per byte); 0 = no model */
@@ -142,6 +161,12 @@ struct tm_key {
     __u16 dport;          /* host order */
     __u8  proto;
     __u8  _pad[3];
+};
+
+/* key of `tm_dsts`: a destination that has traffic-matrix entries on a switch */
+struct tm_dst_key {
+    __u32 switch_id;      /* host order */
+    __u32 daddr;          /* network order */
 };
 
 /* value of `tm`: where the flow goes, overriding the route's group and mode */

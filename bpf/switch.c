@@ -4,23 +4,31 @@
  * switch port. The ingress ifindex is lab-unique, so `ports` tells which switch
  * and which port slot a frame arrived on. Pipeline:
  *
- *   port lookup (unknown -> drop unknown_port) -> rx counters -> port down?
+ *   port lookup (port_index array, `ports` hash beyond it; unknown -> drop unknown_port)
+ *   -> rx counters -> port down?
  *   Ethernet -> ARP: request for an owned address on this port -> reply sent back
  *                    out of the ingress port (redirect to it, or XDP_TX per port flag),
  *                    any other ARP -> XDP_PASS (kernel/agent may learn from it)
  *            -> not IPv4 (IPv6, LLDP, VLAN, ...) -> drop not_ipv4 (documented choice:
  *               kernel IP forwarding is off in switch namespaces, nothing would use it)
  *   IPv4 -> L4 ports (TCP/UDP, not for fragments) -> RoCEv2 BTH (UDP 4791)
+ *        -> route_cache (switch_id, dst) (miss: local_addrs + LPM, then fill the entry)
  *        -> dst owned by the switch -> XDP_PASS
  *        -> TTL <= 1 -> drop ttl_expired
- *        -> traffic-matrix entry (switch has any) -> that member, skipping route and mode
- *        -> LPM (switch_id, dst) -> group -> member by the group's mode (lb_select)
+ *        -> traffic-matrix entry (switch has any for dst) -> that member, skipping route and mode
+ *        -> the route's group (no route -> drop no_route) -> member by the group's mode
  *        -> emulated egress port (rl_transmit: virtual queue, tail drop queue_full, ECN CE)
  *        -> MAC rewrite, TTL-1 -> bpf_redirect(member ifindex)
  *
  * Every exit goes through rl_exit() (per-verdict counters); drops go through
  * rl_drop() (per-port and global per-reason counters) which calls rl_exit().
  * bcc only rewrites map accesses in this file, so all map lookups live here.
+ *
+ * Cost model (x86-64, SRSO/retpoline mitigations): array and per-CPU array lookups are
+ * inlined by the verifier (~1 ns); every helper call costs 10-40 ns (hash lookup ~30,
+ * LPM ~36, bpf_ktime_get_ns ~30, bpf_spin_lock+unlock ~45). The fast path therefore
+ * uses arrays only (port_index, switches, route_cache, groups, members, counters), reads
+ * the clock at most once per packet (rl_now) and updates the emulated queue lock-free.
  */
 #include <uapi/linux/bpf.h>
 #include <linux/in.h>
@@ -69,6 +77,27 @@ static __always_inline int rl_drop(struct xdp_md *ctx, struct port_stats *ps, __
     return rl_exit(ctx, XDP_DROP);
 }
 
+/* The packet's time, read at most once per packet (*now == 0: not read yet). */
+static __always_inline __u64 rl_now(__u64 *now)
+{
+    if (!*now)
+        *now = bpf_ktime_get_ns();
+    return *now;
+}
+
+/* The port ifindex belongs to: port_index (inlined array lookup) for ifindexes it covers,
+ * where the agent keeps every port; the `ports` hash beyond. NULL: not a switch port. */
+static __always_inline struct port_info *rl_port(__u32 ifindex)
+{
+    struct port_info *p;
+
+    if (ifindex < PORT_INDEX_SLOTS) {
+        p = port_index.lookup(&ifindex);
+        return p && (p->flags & PORT_F_VALID) ? p : NULL;
+    }
+    return ports.lookup(&ifindex);
+}
+
 static __always_inline int rl_lookup_route(__u32 switch_id, __u32 daddr, __u32 *group_id,
                                            __u64 *avoid)
 {
@@ -84,6 +113,64 @@ static __always_inline int rl_lookup_route(__u32 switch_id, __u32 daddr, __u32 *
     *group_id = rv->group_id;
     *avoid = rv->avoid_mask;
     return 0;
+}
+
+/* route_cache slot of (switch_id, dst). */
+static __always_inline __u32 rc_slot(__u32 switch_id, __u32 daddr)
+{
+    return rl_fmix(daddr ^ (switch_id * 0x9e3779b9U)) & (ROUTE_CACHE_SLOTS - 1);
+}
+
+/* Local-address check, route and traffic-matrix presence of (switch_id, daddr): RC_F_LOCAL /
+ * RC_F_ROUTE / RC_F_TM in the result, *group_id / *avoid set if RC_F_ROUTE. From this
+ * CPU's route_cache entry if it is for this (switch, dst) and generation; otherwise
+ * local_addrs + LPM (+ tm_dsts), and the entry is refilled. gen is read BEFORE those
+ * lookups and the agent bumps it AFTER changing those maps, so an entry filled from old
+ * tables carries an old generation and is never used after the change. sw == NULL (not
+ * expected: switch ids are checked): no caching. */
+static __always_inline __u32 rl_route(const struct switch_cfg *sw, __u32 switch_id, __u32 daddr,
+                                      __u32 *group_id, __u64 *avoid)
+{
+    struct local_addr_key lkey = {};
+    struct route_cache *rc = NULL;
+    __u32 slot, gen = 0, flags = RC_F_VALID;
+
+    if (sw) {
+        gen = *(volatile const __u32 *)&sw->route_gen;
+        slot = rc_slot(switch_id, daddr);
+        rc = route_cache.lookup(&slot);
+        if (rc && rc->gen == gen && rc->dst == daddr && rc->switch_id == switch_id &&
+            (rc->flags & RC_F_VALID)) {
+            *group_id = rc->group_id;
+            *avoid = rc->avoid_mask;
+            return rc->flags;
+        }
+    }
+    lkey.switch_id = switch_id;
+    lkey.ip = daddr;
+    if (local_addrs.lookup(&lkey))
+        flags |= RC_F_LOCAL;
+    *group_id = 0;
+    *avoid = 0;
+    if (rl_lookup_route(switch_id, daddr, group_id, avoid) == 0)
+        flags |= RC_F_ROUTE;
+    if (sw && (sw->flags & SW_F_TM)) {
+        struct tm_dst_key tkey = {};
+
+        tkey.switch_id = switch_id;
+        tkey.daddr = daddr;
+        if (tm_dsts.lookup(&tkey))
+            flags |= RC_F_TM;
+    }
+    if (rc) {
+        rc->switch_id = switch_id;
+        rc->dst = daddr;
+        rc->gen = gen;
+        rc->flags = flags;
+        rc->group_id = *group_id;
+        rc->avoid_mask = *avoid;
+    }
+    return flags;
 }
 
 /* Remember the sender of an ARP seen on a host-facing (PORT_F_LEARN) port; bump
@@ -182,9 +269,9 @@ static __always_inline __u32 lb_least_loaded(struct group *grp, __u32 n, __u64 n
     __u64 best_load = 0x7fffffffffffffffULL;
 
     lb_consider(grp, start, now, dead, &best, &best_load);
-    lb_consider(grp, (start + 1) % n, now, dead, &best, &best_load);
-    lb_consider(grp, (start + 2) % n, now, dead, &best, &best_load);
-    lb_consider(grp, (start + 3) % n, now, dead, &best, &best_load);
+    lb_consider(grp, rl_mod_small(start + 1, n), now, dead, &best, &best_load);
+    lb_consider(grp, rl_mod_small(start + 2, n), now, dead, &best, &best_load);
+    lb_consider(grp, rl_mod_small(start + 3, n), now, dead, &best, &best_load);
     return best;   /* may still be dead (all scanned members dead): lb_select re-picks */
 }
 
@@ -192,12 +279,12 @@ static __always_inline __u32 lb_least_loaded(struct group *grp, __u32 n, __u64 n
  * group's flowlet gap (the shorter busy gap while that member's utilisation is above
  * busy_util); after a longer gap the next flowlet goes to the least-loaded member. */
 static __always_inline __u32 lb_flowlet(struct group *grp, __u32 gid, __u32 n, __u32 hash,
-                                        __u64 dead, __u64 live)
+                                        __u64 dead, __u64 live, __u64 *nowp)
 {
     struct flowlet_key key = {};
     struct flowlet *fl, nf = {};
     struct port_queue *q;
-    __u64 now = bpf_ktime_get_ns(), gap;
+    __u64 now = rl_now(nowp), gap;
     __u32 slot, cur;
 
     key.group_id = gid;
@@ -232,14 +319,20 @@ static __always_inline __u32 lb_flowlet(struct group *grp, __u32 gid, __u32 n, _
  * (or a random value for per-packet modes) for a re-pick. */
 static __always_inline __u32 lb_pick(struct group *grp, __u32 gid, __u32 n, const struct flow *f,
                                      __u32 fields, __u32 seed, __u32 ingress_ifindex, __u16 lbn,
-                                     __u64 dead, __u64 live, __u32 *h)
+                                     __u64 dead, __u64 live, __u32 *h, __u64 *nowp,
+                                     __u32 pre_fields, __u32 pre_hash)
 {
     __u16 mode = grp->mode;
 
-    /* if-chain, not switch: bcc/llvm may emit a jump table, which BPF lacks */
+    /* if-chain, not switch: bcc/llvm may emit a jump table, which BPF lacks.
+     * ECMP (the default and most common mode) first. */
+    if (mode == LB_MODE_ECMP) {
+        *h = fields == pre_fields ? pre_hash : flow_hash(f, fields, seed, ingress_ifindex);
+        return rl_reduce(*h, n);
+    }
     if (mode == LB_MODE_LBN) {
         *h = rl_fmix((__u32)lbn + 0x9e3779b9);
-        return (__u32)lbn % n;
+        return rl_mod(lbn, n);
     }
     if (mode == LB_MODE_SPRAY_RANDOM || mode == LB_MODE_SPRAY_RR ||
         (mode == LB_MODE_SPRAYLINK && f->has_bth && roce_is_data(f->bth_opcode))) {
@@ -247,14 +340,14 @@ static __always_inline __u32 lb_pick(struct group *grp, __u32 gid, __u32 n, cons
         if (mode == LB_MODE_SPRAY_RANDOM)
             return rl_reduce(*h, n);
         if (mode == LB_MODE_SPRAY_RR)   /* one shared counter: per-CPU counters would break RR */
-            return __sync_fetch_and_add(&grp->rr, 1) % n;
-        return lb_least_loaded(grp, n, bpf_ktime_get_ns(), dead);
+            return rl_mod(__sync_fetch_and_add(&grp->rr, 1), n);
+        return lb_least_loaded(grp, n, rl_now(nowp), dead);
     }
-    *h = flow_hash(f, fields, seed, ingress_ifindex);
+    *h = fields == pre_fields ? pre_hash : flow_hash(f, fields, seed, ingress_ifindex);
     if (mode == LB_MODE_WCMP && grp->n_wslots)
         return grp->wslots[rl_reduce(*h, grp->n_wslots) & (WCMP_SLOTS - 1)];
     if (mode == LB_MODE_FLOWLET)
-        return lb_flowlet(grp, gid, n, *h, dead, live);
+        return lb_flowlet(grp, gid, n, *h, dead, live, nowp);
     return rl_reduce(*h, n);   /* ECMP, SprayLink protocol/non-RoCE packets, unknown modes */
 }
 
@@ -263,55 +356,101 @@ static __always_inline __u32 lb_pick(struct group *grp, __u32 gid, __u32 n, cons
  * that pick is dead. live != 0. */
 static __always_inline __u32 lb_select(struct group *grp, __u32 gid, __u32 n, const struct flow *f,
                                        __u32 fields, __u32 seed, __u32 ingress_ifindex, __u16 lbn,
-                                       __u64 dead, __u64 live)
+                                       __u64 dead, __u64 live, __u64 *nowp, __u32 pre_fields,
+                                       __u32 pre_hash)
 {
     __u32 h = 0;
-    __u32 idx = lb_pick(grp, gid, n, f, fields, seed, ingress_ifindex, lbn, dead, live, &h);
+    __u32 idx = lb_pick(grp, gid, n, f, fields, seed, ingress_ifindex, lbn, dead, live, &h, nowp,
+                        pre_fields, pre_hash);
 
     if (lb_is_dead(dead, idx))
         idx = lb_repick(live, rl_fmix(h ^ 0x5bd1e995));
     return idx;
 }
 
+/* x / 1000 exactly. BPF has no multiply-high, so clang keeps a 64-bit division by a
+ * constant as a div instruction (tens of cycles); below 2^32 the compiler's own exact
+ * 32-bit reciprocal (0x10624dd3, shift 38) does it with one multiply. */
+static __always_inline __u64 rl_div1000(__u64 x)
+{
+    return x < 0x100000000ULL ? (x * 0x10624dd3ULL) >> 38 : x / 1000;
+}
+
+/* Account a frame of tx_ns transmit time on an emulated egress port (model on). Returns
+ * 1 if the virtual queue refuses it (tail drop), else 0 with *mark = ECN-mark it.
+ * Lock-free: the frame is queued by a compare-and-swap of t_free (RL_CAS_TRIES tries;
+ * after that many lost races, by an atomic add), its time is added to win_busy_ns
+ * atomically, and the CPU that moves win_start on by compare-and-swap closes the
+ * utilisation window. The same arithmetic as one CPU at a time under a lock, without
+ * the helper calls (bpf_spin_lock + unlock cost ~45 ns here). A window start newer than
+ * this packet's clock read (another CPU's later `now`) is not a window end. */
+#define RL_CAS_TRIES 3
+static __always_inline int queue_admit(struct port_queue *q, __u64 now, __u64 tx_ns, int *mark)
+{
+    __u64 tf, prev, backlog = 0, ws, elapsed, sample, busy;
+    int drop = 0, done = 0, i;
+
+    tf = *(volatile __u64 *)&q->t_free;
+#pragma unroll
+    for (i = 0; i < RL_CAS_TRIES; i++) {
+        if (!done && !drop) {
+            backlog = tf > now ? tf - now : 0;
+            if (backlog + tx_ns > q->buf_ns) {
+                drop = 1;
+            } else {
+                prev = __sync_val_compare_and_swap(&q->t_free, tf, now + backlog + tx_ns);
+                if (prev == tf)
+                    done = 1;
+                else
+                    tf = prev;
+            }
+        }
+    }
+    if (!done && !drop) {   /* still losing races: queue it by an atomic add (approximate:
+                             * an idle queue's t_free is not moved up to now first) */
+        backlog = tf > now ? tf - now : 0;
+        if (backlog + tx_ns > q->buf_ns) {
+            drop = 1;
+        } else {
+            prev = __sync_fetch_and_add(&q->t_free, tx_ns);
+            backlog = prev > now ? prev - now : 0;
+            done = 1;
+        }
+    }
+    if (done) {
+        *mark = backlog > q->ecn_ns;
+        __sync_fetch_and_add(&q->win_busy_ns, tx_ns);
+    }
+    ws = *(volatile __u64 *)&q->win_start;
+    elapsed = now - ws;
+    if ((__s64)elapsed >= 0 && elapsed >= q->win_ns &&
+        __sync_val_compare_and_swap(&q->win_start, ws, now) == ws) {
+        busy = __sync_lock_test_and_set(&q->win_busy_ns, 0);
+        sample = elapsed ? busy * UTIL_ONE / elapsed : 0;
+        if (sample > UTIL_ONE)
+            sample = UTIL_ONE;
+        /* idle for several windows: the old average says nothing any more */
+        q->util = elapsed > 4 * (__u64)q->win_ns ? sample : (q->util * 3 + sample) >> 2;
+    }
+    return drop;
+}
+
 /* Send the frame out of member m: emulated egress port (virtual queue: tail drop,
  * ECN, utilisation), MAC rewrite, TTL, tx counters, redirect. */
 static __always_inline int rl_transmit(struct xdp_md *ctx, struct ethhdr *eth, struct iphdr *iph,
-                                       const struct member *m, __u64 len, struct pkt_count *mc)
+                                       const struct member *m, __u64 len, struct pkt_count *mc,
+                                       __u64 *nowp)
 {
     struct port_stats *eps;
     struct port_queue *q;
     __u32 slot = m->egress_slot;
-    __u64 now, tx_ns, backlog, elapsed, sample;
-    int drop = 0, mark = 0;
+    int mark = 0;
 
     eps = port_stats.lookup(&slot);
     q = port_queue.lookup(&slot);
-    if (q && q->ps_per_byte) {
-        now = bpf_ktime_get_ns();
-        tx_ns = len * q->ps_per_byte / 1000;
-        bpf_spin_lock(&q->lock);
-        backlog = q->t_free > now ? q->t_free - now : 0;
-        if (backlog + tx_ns > q->buf_ns) {
-            drop = 1;
-        } else {
-            mark = backlog > q->ecn_ns;
-            q->t_free = now + backlog + tx_ns;
-            q->win_busy_ns += tx_ns;
-        }
-        elapsed = now - q->win_start;
-        if (elapsed >= q->win_ns) {
-            sample = elapsed ? q->win_busy_ns * UTIL_ONE / elapsed : 0;
-            if (sample > UTIL_ONE)
-                sample = UTIL_ONE;
-            /* idle for several windows: the old average says nothing any more */
-            q->util = elapsed > 4 * (__u64)q->win_ns ? sample : (q->util * 3 + sample) >> 2;
-            q->win_start = now;
-            q->win_busy_ns = 0;
-        }
-        bpf_spin_unlock(&q->lock);
-        if (drop)
-            return rl_drop(ctx, eps, DROP_QUEUE_FULL);
-    }
+    if (q && q->ps_per_byte &&
+        queue_admit(q, rl_now(nowp), rl_div1000(len * q->ps_per_byte), &mark))
+        return rl_drop(ctx, eps, DROP_QUEUE_FULL);
 
     rewrite_macs(eth, m->dmac, m->smac);
     ip_decrease_ttl(iph);
@@ -348,18 +487,18 @@ int xdp_switch(struct xdp_md *ctx)
     struct group *grp;
     struct member *m;
     struct pkt_count *mc;
-    struct local_addr_key lkey = {};
     struct flow f = {};
     struct ethhdr *eth;
     struct iphdr *iph;
     struct udphdr *udph;
     struct tcphdr *tcph;
     struct ib_bth *bth;
-    __u32 switch_id, slot, gid, idx, midx, fields, seed;
-    __u64 avoid = 0, dead, live, all;
+    __u32 switch_id, slot, gid, idx, midx, fields, seed, sw_fields, sw_hash;
+    __u64 avoid = 0, dead, live, all, now = 0;
+    __u32 rflags;
     int proto;
 
-    port = ports.lookup(&ifindex);
+    port = rl_port(ifindex);
     if (!port)
         return rl_drop(ctx, NULL, DROP_UNKNOWN_PORT);
     slot = port->slot;
@@ -411,16 +550,25 @@ int xdp_switch(struct xdp_md *ctx)
         }
     }
 
-    lkey.switch_id = switch_id;
-    lkey.ip = f.daddr;
-    if (local_addrs.lookup(&lkey))
+    sw = switches.lookup(&switch_id);
+    /* The flow hash under the switch's default fields, computed now although only the
+     * hashing modes use it (and only if the group has no fields of its own): its ~50-cycle
+     * multiply chain then runs alongside the lookups below instead of after them. */
+    seed = sw ? sw->hash_seed : 0;
+    sw_fields = sw ? sw->hash_fields : 0;
+    if (!sw_fields)
+        sw_fields = HASH_FIELDS_5TUPLE;
+    sw_hash = flow_hash(&f, sw_fields, seed, ifindex);
+
+    rflags = rl_route(sw, switch_id, f.daddr, &gid, &avoid);
+    if (rflags & RC_F_LOCAL)
         return rl_exit(ctx, XDP_PASS);
 
     if (iph->ttl <= 1)
         return rl_drop(ctx, ps, DROP_TTL_EXPIRED);
 
-    sw = switches.lookup(&switch_id);
-    if (sw && (sw->flags & SW_F_TM)) {   /* static traffic matrix overrides every mode */
+    if (sw && (sw->flags & SW_F_TM) && (rflags & RC_F_TM)) {   /* static traffic matrix
+                                                                 * overrides every mode */
         struct tm_key tk = {};
         struct tm_entry *te;
 
@@ -433,18 +581,18 @@ int xdp_switch(struct xdp_md *ctx)
         te = tm.lookup(&tk);
         if (te && te->m.ifindex) {
             __u32 eif = te->m.ifindex;
-            struct port_info *ep = ports.lookup(&eif);
+            struct port_info *ep = rl_port(eif);
 
             if (ep && (ep->flags & PORT_F_DOWN))
                 goto route;   /* entry's egress is down: fall back to the route */
             __sync_fetch_and_add(&te->packets, 1);
             __sync_fetch_and_add(&te->bytes, len);
-            return rl_transmit(ctx, eth, iph, &te->m, len, NULL);
+            return rl_transmit(ctx, eth, iph, &te->m, len, NULL, &now);
         }
     }
 
 route:
-    if (rl_lookup_route(switch_id, f.daddr, &gid, &avoid) < 0)
+    if (!(rflags & RC_F_ROUTE))
         return rl_drop(ctx, ps, DROP_NO_ROUTE);
 
     grp = groups.lookup(&gid);
@@ -461,14 +609,12 @@ route:
         dead |= avoid;
     live = all & ~dead;
 
-    seed = sw ? sw->hash_seed : 0;
     fields = grp->hash_fields;
     if (!fields)
-        fields = sw ? sw->hash_fields : 0;
-    if (!fields)
-        fields = HASH_FIELDS_5TUPLE;
+        fields = sw_fields;
 
-    idx = lb_select(grp, gid, grp->n_members, &f, fields, seed, ifindex, port->lbn, dead, live);
+    idx = lb_select(grp, gid, grp->n_members, &f, fields, seed, ifindex, port->lbn, dead, live,
+                    &now, sw_fields, sw_hash);
     if (idx >= MAX_MEMBERS)
         return rl_drop(ctx, ps, DROP_NO_MEMBER);
     midx = gid * MAX_MEMBERS + idx;
@@ -476,5 +622,5 @@ route:
     if (!m || !m->ifindex)
         return rl_drop(ctx, ps, DROP_NO_MEMBER);
     mc = member_stats.lookup(&midx);
-    return rl_transmit(ctx, eth, iph, m, len, mc);
+    return rl_transmit(ctx, eth, iph, m, len, mc, &now);
 }

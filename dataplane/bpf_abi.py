@@ -27,6 +27,8 @@ MAX_ROUTES = 65536
 MAX_ADDRS = 16384
 MAX_FLOWLETS = 65536
 MAX_TM = 16384
+PORT_INDEX_SLOTS = 9216      # port_index: ifindexes 0..PORT_INDEX_SLOTS-1 (agent: 2 * max_ports + 1024)
+ROUTE_CACHE_SLOTS = 8192     # per-CPU route cache entries (power of two)
 MAX_LEARNED = 16384
 
 # ---- protocol numbers ----
@@ -125,7 +127,12 @@ PORT_F_DOWN = 1 << 0
 PORT_F_PROXY_ARP = 1 << 1
 PORT_F_ARP_XDP_TX = 1 << 2
 PORT_F_LEARN = 1 << 3
+PORT_F_VALID = 1 << 15       # port_index entries only
 SW_F_TM = 1 << 0
+RC_F_VALID = 1 << 0
+RC_F_LOCAL = 1 << 1
+RC_F_ROUTE = 1 << 2
+RC_F_TM = 1 << 3
 
 RL_XDP_ACTION_MAX = 5
 XDP_ACTIONS: dict[int, str] = {0: "aborted", 1: "drop", 2: "pass", 3: "tx", 4: "redirect"}
@@ -149,7 +156,7 @@ class SwitchCfg(ct.Structure):
         ("hash_seed", ct.c_uint32),
         ("hash_fields", ct.c_uint32),
         ("flags", ct.c_uint32),
-        ("_pad", ct.c_uint32),
+        ("route_gen", ct.c_uint32),   # bumped after each route/avoid/address change
     ]
 
 
@@ -166,6 +173,19 @@ class RouteVal(ct.Structure):
     _fields_ = [
         ("group_id", ct.c_uint32),
         ("flags", ct.c_uint32),
+        ("avoid_mask", ct.c_uint64),
+    ]
+
+
+class RouteCache(ct.Structure):
+    """value of `route_cache` (PERCPU, key: slot); filled by the data path only"""
+    _fields_ = [
+        ("switch_id", ct.c_uint32),
+        ("dst", ct.c_uint32),
+        ("gen", ct.c_uint32),
+        ("flags", ct.c_uint32),
+        ("group_id", ct.c_uint32),
+        ("_pad", ct.c_uint32),
         ("avoid_mask", ct.c_uint64),
     ]
 
@@ -270,6 +290,14 @@ class TmKey(ct.Structure):
     ]
 
 
+class TmDstKey(ct.Structure):
+    """key of `tm_dsts` (value: c_uint32 entries): switch_id host order, daddr network order"""
+    _fields_ = [
+        ("switch_id", ct.c_uint32),
+        ("daddr", ct.c_uint32),
+    ]
+
+
 class PktCount(ct.Structure):
     """value of `member_stats` and `verdict_stats` (PERCPU)"""
     _fields_ = [
@@ -309,8 +337,10 @@ class LearnVal(ct.Structure):
 # map name -> (key type, value type); sizes of array maps come from the cflags
 MAPS: dict[str, tuple[type, type]] = {
     "ports": (ct.c_uint32, PortInfo),
+    "port_index": (ct.c_uint32, PortInfo),
     "switches": (ct.c_uint32, SwitchCfg),
     "routes": (RouteKey, RouteVal),
+    "route_cache": (ct.c_uint32, RouteCache),
     "groups": (ct.c_uint32, Group),
     "members": (ct.c_uint32, Member),
     "port_addrs": (PortAddrKey, ct.c_uint32),
@@ -322,6 +352,7 @@ MAPS: dict[str, tuple[type, type]] = {
     "port_queue": (ct.c_uint32, PortQueue),
     "flowlets": (FlowletKey, Flowlet),
     "tm": (TmKey, TmEntry),
+    "tm_dsts": (TmDstKey, ct.c_uint32),
     "arp_learned": (LearnKey, LearnVal),
     "learn_gen": (ct.c_uint32, ct.c_uint64),
 }

@@ -135,7 +135,9 @@ class SwitchDataplane:
                  max_groups: int = abi.MAX_GROUPS, max_members: int = abi.MAX_MEMBERS,
                  max_routes: int = abi.MAX_ROUTES, max_addrs: int = abi.MAX_ADDRS,
                  max_flowlets: int = abi.MAX_FLOWLETS, max_tm: int = abi.MAX_TM,
-                 max_learned: int = abi.MAX_LEARNED, debug: bool = False):
+                 max_learned: int = abi.MAX_LEARNED, port_index_slots: int | None = None,
+                 route_cache_slots: int = abi.ROUTE_CACHE_SLOTS, debug: bool = False,
+                 extra_cflags: list[str] | tuple[str, ...] = ()):
         from bcc import BPF
 
         if not 1 <= max_ports <= 65536:
@@ -144,6 +146,14 @@ class SwitchDataplane:
             raise ValueError("max_members must be 1..65535")
         if max_groups * max_members >= 2**32:
             raise ValueError("max_groups * max_members must fit in u32")
+        if port_index_slots is None:   # lab ifindexes are consecutive from 100, both link ends
+            port_index_slots = 2 * max_ports + 1024
+        if not 1 <= port_index_slots <= 2**20:
+            raise ValueError("port_index_slots must be 1..2**20")
+        if route_cache_slots < 1 or route_cache_slots & (route_cache_slots - 1):
+            raise ValueError("route_cache_slots must be a power of two")
+        self.port_index_slots = port_index_slots
+        self.route_cache_slots = route_cache_slots
         self.max_ports = max_ports
         self.max_switches = max_switches
         self.max_groups = max_groups
@@ -161,6 +171,9 @@ class SwitchDataplane:
             f"-DMAX_FLOWLETS={max_flowlets}",
             f"-DMAX_TM={max_tm}",
             f"-DMAX_LEARNED={max_learned}",
+            f"-DPORT_INDEX_SLOTS={port_index_slots}",
+            f"-DROUTE_CACHE_SLOTS={route_cache_slots}",
+            *extra_cflags,
         ]
         if debug:
             self.cflags.append("-DRAILAB_DEBUG=1")   # bpf_trace_printk on every drop
@@ -179,6 +192,7 @@ class SwitchDataplane:
         self._groups: dict[int, GroupState] = {}
         self._switches: dict[int, abi.SwitchCfg] = {}
         self._tm: dict[tuple, dict] = {}           # (switch_id, 5-tuple) -> entry info
+        self._tm_dsts: dict[tuple[int, int], set] = {}   # (switch_id, daddr_be) -> idents
         self._port_model: dict[int, dict] = {}     # ifindex -> model config
         self._local_refs: dict[tuple[int, int], set[int]] = {}
         self._routes: dict[tuple[int, ipaddress.IPv4Network], int] = {}
@@ -193,6 +207,28 @@ class SwitchDataplane:
             if err == errno.E2BIG or err == errno.ENOSPC:
                 raise DataplaneError(f"BPF map {name} is full (raise its max_* size)")
             raise DataplaneError(f"BPF map {name} update failed: {os.strerror(err)}")
+
+    def _write_port(self, ifindex: int, info: abi.PortInfo) -> None:
+        """`ports` entry, and its copy in `port_index` (what the data path reads) if the
+        ifindex is in its range."""
+        self._update("ports", ct.c_uint32(ifindex), info)
+        if ifindex < self.port_index_slots:
+            fast = abi.PortInfo.from_buffer_copy(info)
+            fast.flags |= abi.PORT_F_VALID
+            self._update("port_index", ct.c_uint32(ifindex), fast)
+
+    def _write_switch(self, switch_id: int, cfg: abi.SwitchCfg) -> None:
+        """switch_cfg, with a new route_gen: every write invalidates the switch's
+        route_cache entries (callers write AFTER changing routes / local addresses)."""
+        cfg.route_gen = (cfg.route_gen + 1) & 0xFFFFFFFF
+        self._update("switches", ct.c_uint32(switch_id), cfg)
+        self._switches[switch_id] = cfg
+
+    def _routes_changed(self, switch_id: int) -> None:
+        """Routes, avoid masks or local addresses of switch_id changed: no cached result
+        from before may be used (the data path checks route_gen on every cache hit)."""
+        if 0 <= switch_id < self.max_switches:
+            self._write_switch(switch_id, self._switches.get(switch_id) or abi.SwitchCfg())
 
     def _lookup(self, name: str, key, value) -> bool:
         return _lib().bpf_lookup_elem(self._fds[name], ct.byref(key), ct.byref(value)) == 0
@@ -260,9 +296,8 @@ class SwitchDataplane:
         self._check_switch(switch_id)
         old = self._switches.get(switch_id)
         cfg = abi.SwitchCfg(hash_seed=hash_seed & 0xFFFFFFFF, hash_fields=_hash_fields(hash_fields),
-                            flags=old.flags if old else 0)
-        self._update("switches", ct.c_uint32(switch_id), cfg)
-        self._switches[switch_id] = cfg
+                            flags=old.flags if old else 0, route_gen=old.route_gen if old else 0)
+        self._write_switch(switch_id, cfg)
 
     def switch_config(self, switch_id: int) -> dict:
         cfg = self._switches.get(switch_id) or abi.SwitchCfg()
@@ -303,7 +338,7 @@ class SwitchDataplane:
         info.mac[:] = list(abi.mac_bytes(mac))
         if old is None or old.slot != slot:
             self._zero_percpu("port_stats", slot, abi.PortStats)
-        self._update("ports", ct.c_uint32(ifindex), info)
+        self._write_port(ifindex, info)
         if old is not None and old.slot != slot:
             self._slot_owner.pop(old.slot, None)
         self._slot_owner[slot] = ifindex
@@ -326,14 +361,14 @@ class SwitchDataplane:
         # order: when going down, first stop selecting it, then drop its ingress; going up,
         # accept ingress first. Either order is safe; this one loses nothing extra.
         if up:
-            self._update("ports", ct.c_uint32(ifindex), info)
+            self._write_port(ifindex, info)
         changed = []
         for gid, g in self._groups.items():
             if any(ifx == ifindex for ifx, _ in g.members):
                 self._write_header(gid, g)
                 changed.append(gid)
         if not up:
-            self._update("ports", ct.c_uint32(ifindex), info)
+            self._write_port(ifindex, info)
         return changed
 
     def port_is_up(self, ifindex: int) -> bool:
@@ -343,7 +378,7 @@ class SwitchDataplane:
         """Record ARP senders seen on this port into arp_learned (host-facing ports)."""
         info = self._port(ifindex)
         info.flags = (info.flags & ~abi.PORT_F_LEARN) | (abi.PORT_F_LEARN if learn else 0)
-        self._update("ports", ct.c_uint32(ifindex), info)
+        self._write_port(ifindex, info)
 
     def group_down_mask(self, group_id: int) -> int:
         g = self._group(group_id)
@@ -428,6 +463,8 @@ class SwitchDataplane:
         info = self._ports.pop(ifindex, None)
         if info is None:
             return
+        if ifindex < self.port_index_slots:
+            self._update("port_index", ct.c_uint32(ifindex), abi.PortInfo())
         self._delete("ports", ct.c_uint32(ifindex))
         self._slot_owner.pop(info.slot, None)
 
@@ -443,6 +480,7 @@ class SwitchDataplane:
         refs = self._local_refs.setdefault((switch_id, be), set())
         refs.add(ifindex)
         self._update("local_addrs", abi.LocalAddrKey(switch_id=switch_id, ip=be), ct.c_uint32(len(refs)))
+        self._routes_changed(switch_id)
 
     def del_address(self, switch_id: int, ifindex: int, ip: str) -> None:
         be = abi.ip_be(_ip4(ip))
@@ -455,6 +493,7 @@ class SwitchDataplane:
         else:
             self._local_refs.pop((switch_id, be), None)
             self._delete("local_addrs", key)
+        self._routes_changed(switch_id)
 
     # ------------------------------------------------------------------ groups / routes
     def set_group(self, group_id: int, members: list[tuple[int, str]], *, mode: str | int = "ecmp",
@@ -581,6 +620,7 @@ class SwitchDataplane:
         avoid = self._route_avoid.get((switch_id, net), 0)
         self._update("routes", key, abi.RouteVal(group_id=group_id, avoid_mask=avoid))
         self._routes[(switch_id, net)] = group_id
+        self._routes_changed(switch_id)
 
     def set_route_avoid(self, switch_id: int, prefix: str, mask: int) -> None:
         """Members (bit i = member i of the route's group) to avoid for this prefix: remote
@@ -596,6 +636,7 @@ class SwitchDataplane:
             self._route_avoid[(switch_id, net)] = mask
         else:
             self._route_avoid.pop((switch_id, net), None)
+        self._routes_changed(switch_id)
 
     def route_avoid(self, switch_id: int | None = None) -> dict[tuple[int, str], int]:
         return {(sw, str(net)): m for (sw, net), m in self._route_avoid.items()
@@ -606,7 +647,9 @@ class SwitchDataplane:
         net = ipaddress.IPv4Network(prefix, strict=False)
         self._routes.pop((switch_id, net), None)
         self._route_avoid.pop((switch_id, net), None)
-        return self._delete("routes", self._route_key(switch_id, net))
+        found = self._delete("routes", self._route_key(switch_id, net))
+        self._routes_changed(switch_id)
+        return found
 
     def lookup_route(self, switch_id: int, ip: str) -> int | None:
         """Longest-prefix match as the data plane does it: group id or None."""
@@ -643,7 +686,7 @@ class SwitchDataplane:
         q.win_ns = min(int(window_us * 1000), 2**32 - 1)
         self._update("port_queue", key, q, flags=BPF_F_LOCK)
         port.speed_bps = speed_bps
-        self._update("ports", ct.c_uint32(ifindex), port)
+        self._write_port(ifindex, port)
         self._port_model[ifindex] = {"speed_bps": speed_bps, "buffer_bytes": buffer_bytes,
                                      "ecn_bytes": ecn_bytes, "window_us": window_us}
 
@@ -690,14 +733,30 @@ class SwitchDataplane:
         ident = (switch_id, src, dst, int(sport), int(dport), key.proto)
         self._tm[ident] = {"switch_id": switch_id, "src": src, "dst": dst, "sport": int(sport),
                            "dport": int(dport), "proto": key.proto, "egress_ifindex": egress_ifindex}
-        self._set_switch_flag(switch_id, abi.SW_F_TM, True)
+        refs = self._tm_dsts.setdefault((switch_id, key.daddr), set())
+        refs.add(ident)
+        self._update("tm_dsts", abi.TmDstKey(switch_id=switch_id, daddr=key.daddr), ct.c_uint32(len(refs)))
+        self._set_switch_flag(switch_id, abi.SW_F_TM, True)   # also invalidates route_cache
 
     def tm_del(self, switch_id: int, *, src: str, dst: str, sport: int, dport: int, proto="udp") -> bool:
         key = self._tm_key(switch_id, src, dst, sport, dport, proto)
         found = self._delete("tm", key)
-        self._tm.pop((switch_id, src, dst, int(sport), int(dport), key.proto), None)
+        ident = (switch_id, src, dst, int(sport), int(dport), key.proto)
+        self._tm.pop(ident, None)
+        refs = self._tm_dsts.get((switch_id, key.daddr))
+        if refs is not None:
+            refs.discard(ident)
+            dkey = abi.TmDstKey(switch_id=switch_id, daddr=key.daddr)
+            if refs:
+                self._update("tm_dsts", dkey, ct.c_uint32(len(refs)))
+            else:
+                del self._tm_dsts[(switch_id, key.daddr)]
+                self._delete("tm_dsts", dkey)
+        # both invalidate route_cache (RC_F_TM)
         if not any(k[0] == switch_id for k in self._tm):
             self._set_switch_flag(switch_id, abi.SW_F_TM, False)
+        else:
+            self._routes_changed(switch_id)
         return found
 
     def tm_list(self, switch_id: int | None = None) -> list[dict]:
@@ -714,8 +773,7 @@ class SwitchDataplane:
     def _set_switch_flag(self, switch_id: int, flag: int, on: bool) -> None:
         cfg = self._switches.get(switch_id) or abi.SwitchCfg()
         cfg.flags = (cfg.flags | flag) if on else (cfg.flags & ~flag)
-        self._update("switches", ct.c_uint32(switch_id), cfg)
-        self._switches[switch_id] = cfg
+        self._write_switch(switch_id, cfg)
 
     def flowlet_stats(self, group_id: int) -> dict:
         """Flows of a group in the flowlet table and how many flowlets they had in all."""
