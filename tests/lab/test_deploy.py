@@ -172,14 +172,19 @@ def test_kill_9_mid_deploy_then_destroy_leaves_nothing():
 def test_kill_9_after_deploy_then_destroy_removes_programs_and_agent():
     name = unique_name("crash")
     proc = _start_deploy(name, "rail-only")
-    proc.wait(timeout=120)
-    assert proc.returncode == 0, proc.stderr
-    spec = state.load(name).spec
-    prog_ids = {i for sw in spec.switches for i in xdp_prog_ids_in(sw.netns)}
-    assert prog_ids
-    # The agent is the lab's long-lived process; kill it like a crash would.
-    os.kill(state.load(name).agent_pid, signal.SIGKILL)
-    railab("destroy", name)
+    try:
+        proc.wait(timeout=120)
+        assert proc.returncode == 0, proc.stderr
+        spec = state.load(name).spec
+        prog_ids = {i for sw in spec.switches for i in xdp_prog_ids_in(sw.netns)}
+        assert prog_ids
+        # The agent is the lab's long-lived process; kill it like a crash would.
+        os.kill(state.load(name).agent_pid, signal.SIGKILL)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        railab("destroy", name)
     assert leftovers(name, spec) == []
     # The kernel frees a namespace's devices (and so their XDP programs) asynchronously.
     assert _wait_for(lambda: not any(bpf_prog_exists(p) for p in prog_ids), 10), prog_ids
@@ -195,13 +200,16 @@ def test_ctrl_c_during_deploy_leaves_nothing():
                   if os.path.isdir("/run/netns") else False, 10)
         proc.send_signal(signal.SIGINT)
         proc.wait(timeout=60)
+        assert proc.returncode != 0
+        assert "Traceback" not in proc.stderr
+        assert leftovers(name) == [], "an interrupted deploy must clean up after itself"
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-    assert proc.returncode != 0
-    assert "Traceback" not in proc.stderr
-    assert leftovers(name) == [], "an interrupted deploy must clean up after itself"
+        # Whatever the outcome, the machine is left clean for the next test.
+        if leftovers(name):
+            railab("destroy", name, check=False)
 
 
 def test_probe_reports_failed_pairs_with_the_hop(lab_factory):
