@@ -89,6 +89,7 @@ def test_ecmp_seed_sweep_matches_balls_into_bins(tmp_path):
     assert len(set(idle["measured"])) > 1
 
 
+@pytest.mark.flaky(reruns=2)  # receivers in Python: a starved run may drop packets itself
 def test_scheduled_link_failure_is_reported_per_flow(tmp_path):
     name = unique_name("lf")
     proc = railab("run", str(EXPERIMENTS / "link-failure.yml"), "--json", "--output", str(tmp_path),

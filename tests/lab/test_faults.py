@@ -17,6 +17,10 @@ from .conftest import leftovers, shipped, spec_from, unique_name
 from .faulttraffic import RawStream, Receiver, Result, paced
 from .lbtraffic import delta, member_packets
 
+# Timing measurements of real traffic on a shared 2-core machine: a run that the
+# scheduler starves is measured again (up to twice) before the bound counts as missed.
+pytestmark = pytest.mark.flaky(reruns=2)
+
 SRC = "srv1"                  # behind leaf1
 DST_A = ("srv3", "10.0.1.2")  # behind leaf2
 DST_B = ("srv5", "10.0.2.2")  # behind leaf3
@@ -118,7 +122,9 @@ def test_spine_loses_leaf_notification(lab, fab):
             (sa if flow % 2 == 0 else sb).send_one(flow, seq)
 
         try:
-            sent = paced(send, FLOWS, PPS, 0.7, [(0.25, cut)])
+            # Long enough that traffic keeps flowing well past the cut even if applying it
+            # is slow on a busy machine (the check looks at >100 ms after it).
+            sent = paced(send, FLOWS, PPS, 1.2, [(0.25, cut)])
             ra.stop(), rb.stop()
         finally:
             sa.close(), sb.close()

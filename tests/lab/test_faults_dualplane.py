@@ -6,11 +6,17 @@ from __future__ import annotations
 
 import time
 
+import pytest
+
 from dataplane import faults
 from dataplane.lb import Fabric
 
 from .conftest import shipped
 from .faulttraffic import KernelStream, Receiver, Result, paced
+
+# Timing measurements of real traffic on a shared 2-core machine: a run that the
+# scheduler starves is measured again (up to twice) before the bound counts as missed.
+pytestmark = pytest.mark.flaky(reruns=2)
 
 SRC, DST, DST_IP = "srv1", "srv2", "10.0.1.3"   # rail 1: srv1 nic1 -> srv2 nic1
 FLOWS = 16

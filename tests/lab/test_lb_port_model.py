@@ -12,6 +12,10 @@ from dataplane.runtime import lifecycle
 from .conftest import leftovers, shipped, spec_from, unique_name
 from .lbtraffic import HostPort
 
+# Timing measurements of real traffic on a shared 2-core machine: a run that the
+# scheduler starves is measured again (up to twice) before the bound counts as missed.
+pytestmark = pytest.mark.flaky(reruns=2)
+
 DST = "10.0.1.2"
 SIZE = 1000
 
