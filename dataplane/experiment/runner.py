@@ -61,6 +61,14 @@ def _spawn(args: list[str]) -> subprocess.Popen:
                             text=True)
 
 
+TIER_ORDER = {"host": 0, "leaf": 1, "spine": 2, "core": 3}
+
+
+def _first_known(values: list[int | None]) -> int:
+    """A link's count from whichever end is a switch (hosts have no counters)."""
+    return next((v for v in values if v is not None), 0)
+
+
 def _link_bytes(spec: LabSpec, before: dict, after: dict) -> list[dict]:
     roles = {n.name: n.role for n in spec.nodes}
     b_sw, a_sw = before["switches"], after["switches"]
@@ -80,20 +88,18 @@ def _link_bytes(spec: LabSpec, before: dict, after: dict) -> list[dict]:
             seen.add(key)
             a, b = (node.name, iface.name), (peer_node, peer_if)
             # Orient links upwards (host -> leaf -> spine -> core) so that a->b is "up".
-            order = {"host": 0, "leaf": 1, "spine": 2, "core": 3}
-            if order[roles[a[0]]] > order[roles[b[0]]]:
+            if TIER_ORDER[roles[a[0]]] > TIER_ORDER[roles[b[0]]]:
                 a, b = b, a
             ab = [delta(*a, "tx_bytes"), delta(*b, "rx_bytes")]
             ba = [delta(*b, "tx_bytes"), delta(*a, "rx_bytes")]
             pab = [delta(*a, "tx_packets"), delta(*b, "rx_packets")]
             pba = [delta(*b, "tx_packets"), delta(*a, "rx_packets")]
-            first = lambda xs: next((x for x in xs if x is not None), 0)  # noqa: E731
             port = a_sw.get(a[0], {}).get("ports", {}).get(a[1], {}) or \
                 a_sw.get(b[0], {}).get("ports", {}).get(b[1], {})
             links.append({
                 "a": f"{a[0]}:{a[1]}", "b": f"{b[0]}:{b[1]}", "a_role": roles[a[0]], "b_role": roles[b[0]],
-                "bytes_ab": first(ab), "bytes_ba": first(ba),
-                "packets_ab": first(pab), "packets_ba": first(pba),
+                "bytes_ab": _first_known(ab), "bytes_ba": _first_known(ba),
+                "packets_ab": _first_known(pab), "packets_ba": _first_known(pba),
                 "speed_bps": iface.speed_bps, "scaled_bps": port.get("scaled_bps"),
             })
     return links

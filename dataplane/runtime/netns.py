@@ -9,7 +9,7 @@ import subprocess
 from contextlib import ExitStack
 from ipaddress import IPv4Interface, IPv4Network
 
-from pyroute2 import IPRoute, netns as pr_netns
+from pyroute2 import IPRoute
 from pyroute2.netlink import NLM_F_ACK, NLM_F_CREATE, NLM_F_EXCL, NLM_F_REQUEST
 from pyroute2.netlink.rtnl import RTM_NEWLINK
 from pyroute2.netlink.rtnl.ifinfmsg import ifinfmsg
@@ -30,15 +30,17 @@ def list_netns() -> list[str]:
         return []
 
 
-def create_namespaces(spec: LabSpec) -> None:
-    """All namespaces in one `ip -batch` run. It is a child we hold, so an interrupted
-    deploy waits for it to end before cleaning up (pyroute2's netns.create forks a helper
-    we cannot wait for, which could create a namespace after the cleanup looked)."""
-    script = "".join(f"netns add {node.netns}\n" for node in spec.nodes)
-    proc = subprocess.Popen(["ip", "-batch", "-"], stdin=subprocess.PIPE,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+def _ip_batch(commands: list[str], *, keep_going: bool = False) -> tuple[int, str]:
+    """Run iproute2 commands in one `ip -batch` child. It is a child we hold, so an
+    interrupted caller waits for it to end before cleaning up (pyroute2's netns helpers
+    fork a process we cannot wait for, which could create a namespace after the cleanup
+    looked)."""
+    argv = ["ip", "-force", "-batch", "-"] if keep_going else ["ip", "-batch", "-"]
+    proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
+    err = ""
     try:
-        _, err = proc.communicate(script)
+        _, err = proc.communicate("".join(f"{c}\n" for c in commands))
     finally:
         if proc.returncode is None:
             try:
@@ -46,7 +48,12 @@ def create_namespaces(spec: LabSpec) -> None:
             except OSError:
                 pass
             proc.wait()
-    if proc.returncode:
+    return proc.returncode, err
+
+
+def create_namespaces(spec: LabSpec) -> None:
+    code, err = _ip_batch([f"netns add {node.netns}" for node in spec.nodes])
+    if code:
         raise RuntimeError(f"creating namespaces failed: {err.strip()}")
 
 
@@ -198,14 +205,7 @@ def configure_all(spec: LabSpec) -> None:
 def delete_namespaces(names: list[str]) -> list[str]:
     """Delete the named namespaces (their veths go with them). Returns the ones it removed."""
     present = set(list_netns())
-    removed = []
-    for name in names:
-        if name in present:
-            try:
-                pr_netns.remove(name)
-                removed.append(name)
-            except OSError:
-                subprocess.run(["ip", "netns", "delete", name], check=False,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-                removed.append(name)
-    return removed
+    doomed = [name for name in names if name in present]
+    if doomed:
+        _ip_batch([f"netns delete {name}" for name in doomed], keep_going=True)
+    return doomed

@@ -12,7 +12,6 @@ Rules, chosen so that a rail-optimized lab reads like a real GPU cluster:
 """
 from __future__ import annotations
 
-import ipaddress
 import math
 from dataclasses import dataclass, field
 from ipaddress import IPv4Interface, IPv4Network
@@ -186,7 +185,3 @@ def _assign_fabric(topo: Topology, plan: AddressPlan) -> None:
         plan.by_endpoint.setdefault(link.a, IPv4Interface(f"{net[0]}/31"))
         plan.by_endpoint.setdefault(link.b, IPv4Interface(f"{net[1]}/31"))
 
-
-def host_address_for(plan: AddressPlan, endpoint: Endpoint) -> ipaddress.IPv4Address | None:
-    iface = plan.address(endpoint)
-    return iface.ip if iface else None
