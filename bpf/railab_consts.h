@@ -117,6 +117,16 @@
 #define RC_F_ROUTE        (1U << 2)   /* ... the LPM had a route (group_id, avoid_mask valid) */
 #define RC_F_TM           (1U << 3)   /* ... the switch has `tm` entries for dst (tm_dsts) */
 
-#define RL_XDP_ACTION_MAX 5           /* XDP_ABORTED .. XDP_REDIRECT */
+#define QUEUE_F_REAL      (1U << 0)   /* port_queue.flags: frames for this egress port leave the
+                                       * XDP program with XDP_PASS and a handoff in the metadata;
+                                       * tc_handoff redirects them through the port's qdisc (a
+                                       * shaper at the port's speed), so the queue delays them */
+
+/* verdict_stats keys: the XDP actions, then railab's own outcomes */
+#define RL_VERDICT_QUEUED 5           /* XDP_PASS to tc_handoff, into a real queue */
+#define RL_XDP_ACTION_MAX 6           /* XDP_ABORTED .. XDP_REDIRECT, RL_VERDICT_QUEUED */
+
+/* struct handoff.magic: "rail", tells railab's metadata from anything else in front */
+#define HANDOFF_MAGIC     0x7261696cU
 
 #endif /* RAILAB_CONSTS_H */

@@ -80,7 +80,8 @@ BPF_PERCPU_ARRAY(port_stats, struct port_stats, MAX_PORTS);
 /* member_stats: PERCPU, key as `members` -> struct pkt_count (frames sent via that member). */
 BPF_PERCPU_ARRAY(member_stats, struct pkt_count, MAX_GROUPS * MAX_MEMBERS);
 
-/* verdict_stats: PERCPU, key __u32 XDP action (0 aborted .. 4 redirect) -> struct pkt_count. */
+/* verdict_stats: PERCPU, key __u32 XDP action (0 aborted .. 4 redirect) or 5 queued
+ * (XDP_PASS into a real queue) -> struct pkt_count. */
 BPF_PERCPU_ARRAY(verdict_stats, struct pkt_count, RL_XDP_ACTION_MAX);
 
 /* drop_stats: PERCPU, key __u32 DROP_* reason -> __u64 frames, all ports together

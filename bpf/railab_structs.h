@@ -122,8 +122,10 @@ struct port_stats {
 /* value of `port_queue` (shared ARRAY, key: port slot): the emulated egress port.
  * A virtual queue: t_free is when the bytes accepted so far will have drained at
  * the port's speed, so the backlog is (t_free - now) ns worth of bytes. Frames are
- * not delayed (XDP cannot hold them): "queue" means accounting for tail drop, ECN
- * and the load-aware modes, not added latency. Config fields are written by the
+ * not delayed by the model itself (XDP cannot hold them): it decides tail drop, ECN
+ * and the load the load-aware modes see. With QUEUE_F_REAL the frame also goes
+ * through a shaper qdisc of the same speed on the egress port, which adds the delay
+ * (a real queue whose backlog follows the virtual one). Config fields are written by the
  * agent (BPF_F_LOCK); state fields only by the data path, lock-free: t_free by
  * compare-and-swap, win_busy_ns by atomic add; the CPU whose compare-and-swap of
  * win_start closes a window takes win_busy_ns (atomic exchange) and writes util. */
@@ -137,6 +139,15 @@ struct port_queue {
     __u64 t_free;         /* state: bpf_ktime_get_ns() at which the queue is empty */
     __u64 win_start;      /* state: start of the current utilisation window (ns) */
     __u64 win_busy_ns;    /* state: transmit time of frames accepted in this window (ns) */
+    __u32 flags;          /* config: QUEUE_F_* */
+    __u32 _pad;
+};
+
+/* XDP metadata (in front of the frame, bpf_xdp_adjust_meta) of a frame handed to
+ * tc_handoff: XDP has decided and rewritten it, the egress port's qdisc sends it. */
+struct handoff {
+    __u32 magic;          /* HANDOFF_MAGIC */
+    __u32 ifindex;        /* egress ifindex (host order) */
 };
 
 /* key of `flowlets` (LRU hash) */
@@ -192,7 +203,7 @@ struct learn_val {
 };
 
 /* value of `member_stats` (PERCPU array, same key as `members`) and of
- * `verdict_stats` (PERCPU array, key: XDP action) */
+ * `verdict_stats` (PERCPU array, key: XDP action or RL_VERDICT_*) */
 struct pkt_count {
     __u64 packets;
     __u64 bytes;

@@ -19,6 +19,9 @@
  *        -> the route's group (no route -> drop no_route) -> member by the group's mode
  *        -> emulated egress port (rl_transmit: virtual queue, tail drop queue_full, ECN CE)
  *        -> MAC rewrite, TTL-1 -> bpf_redirect(member ifindex)
+ *           or, if that port has a real queue: XDP_PASS with the egress ifindex in the
+ *           metadata -> tc_handoff (clsact ingress) -> bpf_redirect through the egress
+ *           port's shaper qdisc (delay as well as the model's drops and marks)
  *
  * Every exit goes through rl_exit() (per-verdict counters); drops go through
  * rl_drop() (per-port and global per-reason counters) which calls rl_exit().
@@ -31,6 +34,7 @@
  * the clock at most once per packet (rl_now) and updates the emulated queue lock-free.
  */
 #include <uapi/linux/bpf.h>
+#include <uapi/linux/pkt_cls.h>
 #include <linux/in.h>
 #include <linux/if_ether.h>
 #include <linux/ip.h>
@@ -45,9 +49,8 @@
 #include "arp.h"
 #include "lb.h"
 
-static __always_inline int rl_exit(struct xdp_md *ctx, int action)
+static __always_inline void rl_count_verdict(struct xdp_md *ctx, __u32 key)
 {
-    __u32 key = action;
     struct pkt_count *v;
 
     if (key >= RL_XDP_ACTION_MAX)
@@ -57,6 +60,11 @@ static __always_inline int rl_exit(struct xdp_md *ctx, int action)
         v->packets++;
         v->bytes += ctx->data_end - ctx->data;
     }
+}
+
+static __always_inline int rl_exit(struct xdp_md *ctx, int action)
+{
+    rl_count_verdict(ctx, action);
     return action;
 }
 
@@ -435,8 +443,29 @@ static __always_inline int queue_admit(struct port_queue *q, __u64 now, __u64 tx
     return drop;
 }
 
+/* Hand a decided, rewritten frame to tc_handoff (XDP_PASS with a `struct handoff` in
+ * the metadata), which sends it through the egress port's qdisc: XDP cannot hold a
+ * frame, a qdisc can. */
+static __always_inline int rl_handoff(struct xdp_md *ctx, __u32 egress_ifindex)
+{
+    struct handoff *h;
+    void *data;
+
+    rl_count_verdict(ctx, RL_VERDICT_QUEUED);
+    if (bpf_xdp_adjust_meta(ctx, -(int)sizeof(*h)))
+        return rl_exit(ctx, XDP_ABORTED);
+    data = (void *)(long)ctx->data;
+    h = (void *)(long)ctx->data_meta;
+    if ((void *)(h + 1) > data)
+        return rl_exit(ctx, XDP_ABORTED);
+    h->magic = HANDOFF_MAGIC;
+    h->ifindex = egress_ifindex;
+    return XDP_PASS;
+}
+
 /* Send the frame out of member m: emulated egress port (virtual queue: tail drop,
- * ECN, utilisation), MAC rewrite, TTL, tx counters, redirect. */
+ * ECN, utilisation), MAC rewrite, TTL, tx counters, then a redirect -- or, for a port
+ * with a real queue, the handoff to its qdisc. */
 static __always_inline int rl_transmit(struct xdp_md *ctx, struct ethhdr *eth, struct iphdr *iph,
                                        const struct member *m, __u64 len, struct pkt_count *mc,
                                        __u64 *nowp)
@@ -464,6 +493,8 @@ static __always_inline int rl_transmit(struct xdp_md *ctx, struct ethhdr *eth, s
         eps->tx_packets++;
         eps->tx_bytes += len;
     }
+    if (q && (q->flags & QUEUE_F_REAL))
+        return rl_handoff(ctx, m->ifindex);
     return rl_exit(ctx, bpf_redirect(m->ifindex, 0));
 }
 
@@ -472,6 +503,19 @@ static __always_inline int rl_transmit(struct xdp_md *ctx, struct ethhdr *eth, s
 int xdp_pass(struct xdp_md *ctx)
 {
     return XDP_PASS;
+}
+
+/* tc ingress (clsact) of every switch port in real-queue mode: a frame rl_handoff
+ * passed up goes to the egress port's transmit path, through its qdisc. Anything
+ * else (frames for the switch itself, ARP the kernel answers) goes on to the stack. */
+int tc_handoff(struct __sk_buff *skb)
+{
+    void *data = (void *)(long)skb->data;
+    struct handoff *h = (void *)(long)skb->data_meta;
+
+    if ((void *)(h + 1) > data || h->magic != HANDOFF_MAGIC)
+        return TC_ACT_OK;
+    return bpf_redirect(h->ifindex, 0);
 }
 
 int xdp_switch(struct xdp_md *ctx)

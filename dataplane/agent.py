@@ -27,14 +27,17 @@ from dataplane.runtime.labspec import LabSpec
 
 
 # Emulated port model, lab-wide defaults: nominal (topology) speed x scale. Buffer and
-# ECN threshold are bytes at the scaled speed. The queue is virtual: it decides drops,
-# ECN marks and load, it does not delay frames -- so TCP, whose window cannot shrink
-# below ~2 segments per (microsecond) RTT, cannot adapt to a port slower than what it
-# offers and collapses into losses. The default scale (400G -> 10 Gb/s) is above what
-# one machine's TCP reaches; experiments that must fill a port from Python set
-# scale 1/4000 (400G -> 100 Mb/s) with `railab lb port-model` / Fabric.set_port_model.
+# ECN threshold are bytes at the scaled speed. queue "virtual" (default, the fast path):
+# the model decides drops, ECN marks and load but does not delay frames -- so TCP, whose
+# window cannot shrink below ~2 segments per (microsecond) RTT, cannot adapt to a port
+# slower than what it offers, and paths differ in load but not in delay. The default
+# scale (400G -> 10 Gb/s) is above what one machine's TCP reaches. queue "real": frames
+# also wait in a shaper qdisc at the port's speed (dataplane.realqueue), so queueing
+# delay, reordering across paths and TCP at slow ports are real (the skb path costs
+# a few microseconds per hop, so it is for experiments, not for speed).
 PORT_MODEL_DEFAULTS = {"scale": 1 / 40, "buffer_bytes": 32768, "ecn_bytes": 8192,
-                       "window_us": 1000.0}
+                       "window_us": 1000.0, "queue": "virtual"}
+QUEUE_KINDS = ("virtual", "real")
 
 
 class SwitchProgrammer:
@@ -52,6 +55,7 @@ class SwitchProgrammer:
         self.lbn: dict[tuple[str, str], int] = {}
         self.speed_override: dict[int, int] = {}   # ifindex -> nominal b/s (fault "degrade")
         self.host_routes: dict[tuple[str, str], int] = {}   # learned /32: (switch, prefix) -> gid
+        self._handoff_ports: set[int] = set()        # ifindexes with tc_handoff attached
 
     def seed_for(self, switch: str) -> int:
         return zlib.crc32(f"{self.spec.name}/{switch}".encode())
@@ -87,27 +91,60 @@ class SwitchProgrammer:
 
     # ------------------------------------------------------------ port model
     def apply_port_model(self, **changes) -> dict:
+        new = dict(self.port_model)
         for key, value in changes.items():
             if value is None:
                 continue
-            if key not in self.port_model:
+            if key not in new:
                 raise ValueError(f"unknown port-model setting {key!r}")
-            self.port_model[key] = float(value) if key in ("scale", "window_us") else int(value)
-        pm = self.port_model
-        if not 0 <= pm["scale"] <= 1:
+            if key == "queue":
+                if value not in QUEUE_KINDS:
+                    raise ValueError(f"queue must be one of {', '.join(QUEUE_KINDS)}, not {value!r}")
+                new[key] = value
+            else:
+                new[key] = float(value) if key in ("scale", "window_us") else int(value)
+        if not 0 <= new["scale"] <= 1:
             raise ValueError("scale must be in [0, 1] (0 = no port model)")
+        if new["queue"] == "real" and new["scale"] == 0:
+            raise ValueError("a real queue needs the port model on (scale > 0)")
+        self.port_model = new
         for node in self.spec.switches:
-            for iface in node.interfaces:
-                self._apply_port(iface)
-        return dict(pm)
+            with self._queues(node) as queues:
+                for iface in node.interfaces:
+                    self._apply_port(iface, queues)
+        return dict(new)
 
-    def _apply_port(self, iface) -> None:
+    def _queues(self, node):
+        """The real-queue (tc) side of node's ports, or a no-op context if neither the
+        model nor any port of node needs it. A fresh netlink socket per use: pyroute2's
+        IPRoute answers dumps only on the thread that opened it, and requests arrive on
+        many threads."""
+        import contextlib
+        from dataplane.realqueue import NamespaceQueues
+        if self.port_model["queue"] == "real" or any(i.ifindex in self._handoff_ports
+                                                     for i in node.interfaces):
+            return NamespaceQueues(node.netns)
+        return contextlib.nullcontext()
+
+    def _apply_port(self, iface, queues) -> None:
+        """One port's model. Turning a real queue on, the tc side comes first (a frame
+        handed up before tc_handoff is there would reach the switch's IP stack and be
+        lost); turning it off, the map first, then the tc side goes."""
         pm = self.port_model
         nominal = self.speed_override.get(iface.ifindex, iface.speed_bps)
-        self.dp.set_port_model(iface.ifindex, speed_bps=int(nominal * pm["scale"]),
-                               buffer_bytes=pm["buffer_bytes"],
+        speed = int(nominal * pm["scale"])
+        real = pm["queue"] == "real"
+        if real:
+            if iface.ifindex not in self._handoff_ports:
+                queues.attach(iface.ifindex, self.dp.handoff_prog_fd)
+                self._handoff_ports.add(iface.ifindex)
+            queues.shape(iface.ifindex, speed, pm["buffer_bytes"])
+        self.dp.set_port_model(iface.ifindex, speed_bps=speed, buffer_bytes=pm["buffer_bytes"],
                                ecn_bytes=pm["ecn_bytes"] if pm["ecn_bytes"] >= 0 else None,
-                               window_us=pm["window_us"])
+                               window_us=pm["window_us"], real_queue=real)
+        if not real and iface.ifindex in self._handoff_ports:
+            queues.detach(iface.ifindex)
+            self._handoff_ports.discard(iface.ifindex)
 
     def port_speed(self, switch: str, port: str, speed_bps: int | None = None) -> dict:
         """Fault 'degrade': give one port a lower nominal speed (scaled like every port by
@@ -121,7 +158,8 @@ class SwitchProgrammer:
             if int(speed_bps) <= 0:
                 raise ValueError("speed must be positive")
             self.speed_override[iface.ifindex] = int(speed_bps)
-        self._apply_port(iface)
+        with self._queues(node) as queues:
+            self._apply_port(iface, queues)
         model = self.dp.port_model(iface.ifindex) or {}
         return {"switch": node.name, "port": port, "nominal_speed_bps": iface.speed_bps,
                 "degraded_to_bps": self.speed_override.get(iface.ifindex),
@@ -308,9 +346,15 @@ class SwitchProgrammer:
             if switch and node.name != switch:
                 continue
             ports = {}
+            shapers = {}
+            if any(i.ifindex in self._handoff_ports for i in node.interfaces):
+                with self._queues(node) as queues:
+                    shapers = queues.stats()
             for i in node.interfaces:
                 c = self.dp.port_counters(i.ifindex)
                 c.update(self.dp.port_queue_state(i.ifindex))
+                if i.ifindex in shapers:   # real queue: what waits in the port's qdisc now
+                    c["shaper"] = shapers[i.ifindex]
                 model = self.dp.port_model(i.ifindex) or {}
                 c["speed_bps"] = model.get("speed_bps", 0)       # emulated (scaled)
                 c["nominal_speed_bps"] = i.speed_bps

@@ -133,9 +133,14 @@ RC_F_VALID = 1 << 0
 RC_F_LOCAL = 1 << 1
 RC_F_ROUTE = 1 << 2
 RC_F_TM = 1 << 3
+QUEUE_F_REAL = 1 << 0        # port_queue.flags: frames go through the port's shaper qdisc
+HANDOFF_MAGIC = 0x7261696C   # struct handoff.magic ("rail")
+RL_VERDICT_QUEUED = 5
 
-RL_XDP_ACTION_MAX = 5
-XDP_ACTIONS: dict[int, str] = {0: "aborted", 1: "drop", 2: "pass", 3: "tx", 4: "redirect"}
+RL_XDP_ACTION_MAX = 6
+# verdict_stats keys: XDP actions, then 5 = handed to a real queue (XDP_PASS to tc_handoff)
+XDP_ACTIONS: dict[int, str] = {0: "aborted", 1: "drop", 2: "pass", 3: "tx", 4: "redirect",
+                               5: "queued"}
 
 
 class PortInfo(ct.Structure):
@@ -259,6 +264,16 @@ class PortQueue(ct.Structure):
         ("t_free", ct.c_uint64),
         ("win_start", ct.c_uint64),
         ("win_busy_ns", ct.c_uint64),
+        ("flags", ct.c_uint32),
+        ("_pad", ct.c_uint32),
+    ]
+
+
+class Handoff(ct.Structure):
+    """XDP metadata in front of a frame handed to tc_handoff (not a map value)"""
+    _fields_ = [
+        ("magic", ct.c_uint32),
+        ("ifindex", ct.c_uint32),
     ]
 
 

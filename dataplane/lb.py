@@ -62,11 +62,14 @@ class Fabric:
         return self._req("lb_show")
 
     def set_port_model(self, *, scale: float | None = None, buffer_bytes: int | None = None,
-                       ecn_bytes: int | None = None, window_us: float | None = None) -> dict:
+                       ecn_bytes: int | None = None, window_us: float | None = None,
+                       queue: str | None = None) -> dict:
         """Emulated ports of the whole lab: speed = nominal x scale (0 = no model), tail-drop
-        buffer, ECN threshold (-1 = never mark), utilisation window. Resets the queues."""
+        buffer, ECN threshold (-1 = never mark), utilisation window, queue 'virtual' (no
+        added delay, fastest) or 'real' (frames wait in a shaper qdisc at the port's
+        speed; see dataplane.realqueue). Resets the queues."""
         return self._req("port_model", scale=scale, buffer_bytes=buffer_bytes,
-                         ecn_bytes=ecn_bytes, window_us=window_us)
+                         ecn_bytes=ecn_bytes, window_us=window_us, queue=queue)
 
     # -------------------------------------------------------------- counters
     def counters(self, switch: str | None = None) -> dict:

@@ -118,6 +118,7 @@ class TestRunResult:
     retval: int          # the XDP verdict
     data: bytes          # the frame after the program ran
     duration_ns: int     # mean run time per repetition (kernel-measured)
+    meta: bytes = b""    # XDP metadata the program left in front of the frame (with a ctx)
 
     __test__ = False     # not a pytest class
 
@@ -141,12 +142,18 @@ def prog_test_run(prog_fd: int, data: bytes, *, ingress_ifindex: int = 0,
     attr = _TestAttr(prog_fd=prog_fd, data_size_in=len(data), data_size_out=out_size,
                      data_in=ct.addressof(buf_in), data_out=ct.addressof(buf_out),
                      repeat=repeat, flags=flags)
-    ctx = None
+    ctx = ctx_out = None
     if ingress_ifindex:
         ctx = XdpMd(data=0, data_end=len(data), data_meta=0, ingress_ifindex=ingress_ifindex,
                     rx_queue_index=rx_queue_index)
+        ctx_out = XdpMd()
         attr.ctx_in = ct.addressof(ctx)
         attr.ctx_size_in = ct.sizeof(ctx)
+        attr.ctx_out = ct.addressof(ctx_out)
+        attr.ctx_size_out = ct.sizeof(ctx_out)
     bpf(BPF_PROG_TEST_RUN, attr)
-    return TestRunResult(retval=attr.retval, data=buf_out.raw[: attr.data_size_out],
-                         duration_ns=attr.duration)
+    out = buf_out.raw[: attr.data_size_out]
+    # The kernel copies out from data_meta; ctx_out.data is the frame's offset in that.
+    meta_len = ctx_out.data if ctx_out is not None else 0
+    return TestRunResult(retval=attr.retval, data=out[meta_len:], duration_ns=attr.duration,
+                         meta=out[:meta_len])

@@ -31,6 +31,8 @@ from dataplane.netns_util import in_netns
 BPF_DIR = Path(__file__).resolve().parent.parent / "bpf"
 SWITCH_C = BPF_DIR / "switch.c"
 PROG_NAME = "xdp_switch"
+HANDOFF_PROG_NAME = "tc_handoff"
+PINNED_PROGS = (PROG_NAME, "xdp_pass", HANDOFF_PROG_NAME)   # pin()/unpin() order
 BPFFS_ROOT = "/sys/fs/bpf"
 
 BPF_F_LOCK = 4                # map update: take the value's bpf_spin_lock
@@ -184,6 +186,8 @@ class SwitchDataplane:
         self.prog_fd: int = self._fn.fd
         # XDP_PASS-only program from the same object, for the host end of switch links
         self.pass_prog_fd: int = self._bpf.load_func(b"xdp_pass", BPF.XDP).fd
+        # tc ingress program of real-queue ports (see dataplane.realqueue)
+        self.handoff_prog_fd: int = self._bpf.load_func(HANDOFF_PROG_NAME.encode(), BPF.SCHED_CLS).fd
         self._fds = {name: self._bpf[name.encode()].map_fd for name in abi.MAPS}
         self._ncpus = _possible_cpus()
         # shadow state (the maps are the truth for the data path; this is for the API)
@@ -256,19 +260,19 @@ class SwitchDataplane:
         _ensure_bpffs(directory)
         os.makedirs(directory, exist_ok=True)
         from dataplane.progtest import obj_pin
-        names = [PROG_NAME, "xdp_pass", *abi.MAPS]
+        names = [*PINNED_PROGS, *abi.MAPS]
         taken = [n for n in names if os.path.lexists(os.path.join(directory, n))]
         if taken:
             raise DataplaneError(f"{directory} already has pinned objects ({', '.join(taken)})")
-        obj_pin(self.prog_fd, os.path.join(directory, PROG_NAME))
-        obj_pin(self.pass_prog_fd, os.path.join(directory, "xdp_pass"))
+        for name, fd in zip(PINNED_PROGS, (self.prog_fd, self.pass_prog_fd, self.handoff_prog_fd)):
+            obj_pin(fd, os.path.join(directory, name))
         for name, fd in self._fds.items():
             obj_pin(fd, os.path.join(directory, name))
 
     @staticmethod
     def unpin(directory: str) -> None:
         """Remove what pin() created in directory, then the directory if it is empty."""
-        for name in (PROG_NAME, "xdp_pass", *abi.MAPS):
+        for name in (*PINNED_PROGS, *abi.MAPS):
             try:
                 os.unlink(os.path.join(directory, name))
             except FileNotFoundError:
@@ -667,11 +671,14 @@ class SwitchDataplane:
 
     # ------------------------------------------------------------------ port model
     def set_port_model(self, ifindex: int, *, speed_bps: int, buffer_bytes: int = 32768,
-                       ecn_bytes: int | None = 8192, window_us: float = 1000.0) -> None:
+                       ecn_bytes: int | None = 8192, window_us: float = 1000.0,
+                       real_queue: bool = False) -> None:
         """Emulate an egress port: speed_bps (already scaled), a tail-drop buffer of
         buffer_bytes, CE marking of ECT frames while the backlog exceeds ecn_bytes (None =
         never), utilisation averaged over window_us windows. speed_bps 0 = no model
-        (unlimited, no queue). The queue is virtual: frames are not delayed."""
+        (unlimited, no queue). The queue is virtual: frames are not delayed -- unless
+        real_queue, which hands them to tc_handoff and the port's shaper qdisc instead of
+        redirecting them (the caller sets those up first, see dataplane.realqueue)."""
         port = self._port(ifindex)
         if speed_bps < 0 or buffer_bytes <= 0 or window_us <= 0:
             raise ValueError("speed_bps >= 0, buffer_bytes > 0, window_us > 0")
@@ -684,11 +691,16 @@ class SwitchDataplane:
         q.buf_ns = buffer_bytes * ps_per_byte // 1000
         q.ecn_ns = (2**64 - 1) if ecn_bytes is None else ecn_bytes * ps_per_byte // 1000
         q.win_ns = min(int(window_us * 1000), 2**32 - 1)
+        if real_queue:
+            if not speed_bps:
+                raise ValueError("a real queue needs a port speed (speed_bps > 0)")
+            q.flags = abi.QUEUE_F_REAL
         self._update("port_queue", key, q, flags=BPF_F_LOCK)
         port.speed_bps = speed_bps
         self._write_port(ifindex, port)
         self._port_model[ifindex] = {"speed_bps": speed_bps, "buffer_bytes": buffer_bytes,
-                                     "ecn_bytes": ecn_bytes, "window_us": window_us}
+                                     "ecn_bytes": ecn_bytes, "window_us": window_us,
+                                     "queue": "real" if real_queue else "virtual"}
 
     def port_model(self, ifindex: int) -> dict | None:
         return self._port_model.get(ifindex)

@@ -37,6 +37,9 @@ def register(sub) -> None:
     pm.add_argument("--buffer-bytes", type=int)
     pm.add_argument("--ecn-bytes", type=int, help="mark CE above this backlog (-1 = never)")
     pm.add_argument("--window-us", type=float, help="utilisation averaging window")
+    pm.add_argument("--queue", choices=("virtual", "real"),
+                    help="virtual: drops and marks, no added delay (fast); real: frames also "
+                         "wait in a shaper qdisc at the port's speed (delay, reordering)")
     pm.set_defaults(func=run_port_model)
     sh = which.add_parser("show", help="modes, seeds, groups and port speeds")
     sh.add_argument("lab", nargs="?")
@@ -94,8 +97,8 @@ def run_show(args) -> int:
     pm = data["port_model"]
     console = Console()
     console.print(f"lab {lab}: port model speed x {pm['scale']:g}, buffer {pm['buffer_bytes']} B, "
-                  f"ECN above {pm['ecn_bytes']} B, utilisation window {pm['window_us']:g} us "
-                  "(virtual queue: drops and marks, no added latency)")
+                  f"ECN above {pm['ecn_bytes']} B, utilisation window {pm['window_us']:g} us, "
+                  f"{queue_text(pm)}")
     table = Table(title=f"lab {lab}: load balancing")
     for col in ("switch", "role", "seed", "group", "prefixes", "mode", "members (emulated/nominal speed)", "params"):
         table.add_column(col)
@@ -121,7 +124,14 @@ def run_port_model(args) -> int:
 
     lab = single_lab(args.lab)
     pm = Fabric(lab).set_port_model(scale=args.scale, buffer_bytes=args.buffer_bytes,
-                                    ecn_bytes=args.ecn_bytes, window_us=args.window_us)
+                                    ecn_bytes=args.ecn_bytes, window_us=args.window_us,
+                                    queue=args.queue)
     print(f"lab {lab}: port model speed x {pm['scale']:g}, buffer {pm['buffer_bytes']} B, "
-          f"ECN above {pm['ecn_bytes']} B, window {pm['window_us']:g} us")
+          f"ECN above {pm['ecn_bytes']} B, window {pm['window_us']:g} us, {queue_text(pm)}")
     return 0
+
+
+def queue_text(pm: dict) -> str:
+    if pm.get("queue") == "real":
+        return "real queue (frames wait in a shaper at the port's speed)"
+    return "virtual queue (drops and marks, no added delay)"

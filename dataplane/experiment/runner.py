@@ -22,7 +22,29 @@ from dataplane.runtime.labspec import LabSpec
 from dataplane.traffic import workload as wl
 from dataplane.traffic.hostrun import flow_to_json  # noqa: F401 (re-exported)
 
-RECEIVER_GRACE_S = 0.4
+RECEIVER_GRACE_S = 0.4     # for the receivers to read what the last hop delivered
+DRAIN_POLL_S = 0.02
+DRAIN_LIMIT_S = 30.0       # a queue still full after this is stuck, not draining
+
+
+def queued_bytes(counters: dict) -> int:
+    """Bytes waiting in the fabric's emulated ports now: the virtual backlog and, for
+    real queues, what sits in their shapers."""
+    total = 0
+    for sw in counters["switches"].values():
+        for port in sw["ports"].values():
+            total += max(int(port.get("queue_bytes") or 0),
+                         int((port.get("shaper") or {}).get("backlog_bytes", 0)))
+    return total
+
+
+def wait_for_drain(fabric: Fabric, limit_s: float = DRAIN_LIMIT_S) -> float:
+    """Poll until every emulated port's queue is empty (frames still queued when the
+    senders stop are delivered, not counted as lost); returns the seconds waited."""
+    start = time.monotonic()
+    while queued_bytes(fabric.counters()) and time.monotonic() - start < limit_s:
+        time.sleep(DRAIN_POLL_S)
+    return time.monotonic() - start
 
 
 def workload_hosts(spec: LabSpec) -> list[dict]:
@@ -250,6 +272,7 @@ def run_once(spec: LabSpec, experiment: Experiment, flows: list[wl.Flow], label:
                 raise RuntimeError(f"sender in {host} failed: {err.strip().splitlines()[-1] if err.strip() else '?'}")
             sent.update(json.loads(out)["per_flow_packets"])
         elapsed = time.monotonic() - started
+        wait_for_drain(fabric)
         time.sleep(RECEIVER_GRACE_S)
         clock.stop.set()
         clock.join()

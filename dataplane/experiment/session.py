@@ -19,6 +19,20 @@ from dataplane.topology import clab
 from dataplane.traffic import workload as wl
 
 
+# Experiments measure what traffic experiences, so their ports queue for real (delay,
+# reordering across paths) unless the experiment asks for `queue: virtual`.
+EXPERIMENT_QUEUE = "real"
+
+
+def experiment_port_model(requested: dict, current: dict) -> dict:
+    """The port model an experiment runs with: what it asks for, over the lab's current
+    settings, with a real queue by default -- not when the model is off (scale 0)."""
+    model = dict(requested)
+    if model.get("scale", current.get("scale", 0)) > 0:
+        model.setdefault("queue", EXPERIMENT_QUEUE)
+    return model
+
+
 def _steps(exp: Experiment) -> int:
     return len(exp.modes) + (exp.sweep["seeds"] if exp.sweep else 0)
 
@@ -43,8 +57,7 @@ def run(exp: Experiment, progress=None, lab_name: str | None = None) -> tuple[di
         spec = state.load(spec.name).spec
     try:
         fabric = Fabric(spec.name)
-        if exp.port_model:
-            fabric.set_port_model(**exp.port_model)
+        fabric.set_port_model(**experiment_port_model(exp.port_model, fabric.show()["port_model"]))
         flows = wl.generate(exp.workload, runner.workload_hosts(spec))
         advance(f"{len(flows)} flows")
         results: dict = {

@@ -6,7 +6,8 @@ lab: ../labs/rail-optimized/rail-optimized.clab.yml   # relative to this file
 duration: 2s
 modes: [ecmp, {mode: spray-rr}, {mode: flowlet, flowlet_timeout_us: 200, role: leaf}]
 workload: elephants.yml            # or the workload inline, as a mapping
-port_model: {scale: 0.00025, buffer_bytes: 32768, ecn_bytes: 8192}   # optional
+port_model: {scale: 0.00025, buffer_bytes: 32768, ecn_bytes: 8192}   # optional; queue: real
+                                    # unless `queue: virtual` (see EXPERIMENT_QUEUE)
 sweep: {mode: ecmp, seeds: 30, first_seed: 1, role: leaf}           # optional
 output: results                     # folder (from the current directory) for <name>-<time>/
 ```
@@ -67,6 +68,7 @@ SCHEMA = {
                 "buffer_bytes": {"type": "integer", "minimum": 1},
                 "ecn_bytes": {"type": "integer", "minimum": -1},
                 "window_us": {"type": "number", "exclusiveMinimum": 0},
+                "queue": {"enum": ["virtual", "real"]},
             },
             "additionalProperties": False,
         },
@@ -190,8 +192,11 @@ def load(path: str | Path) -> Experiment:
     sample_s = wl.parse_duration(doc.get("sample_interval", 0.1))
     if not 0.01 <= sample_s <= 10:
         raise ExperimentError(f"{source}: sample_interval: must be between 10 ms and 10 s")
+    port_model = doc.get("port_model", {})
+    if port_model.get("queue") == "real" and port_model.get("scale") == 0:
+        raise ExperimentError(f"{source}: port_model: a real queue needs the port model on (scale > 0)")
     return Experiment(doc["name"], source, lab_file, duration, modes, workload,
-                      doc.get("port_model", {}), sweep, output, bool(doc.get("reuse_lab", False)),
+                      port_model, sweep, output, bool(doc.get("reuse_lab", False)),
                       events, sample_s)
 
 

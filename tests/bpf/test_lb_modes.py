@@ -311,3 +311,27 @@ def test_utilisation_tracks_offered_load(dp, lab, mode):
         assert dp.port_counters(EG[0])["drops"]["queue_full"] > 0
     finally:
         dp.tm_del(SW, src="10.9.0.2", dst="10.41.0.1", sport=3, dport=4, proto="udp")
+
+
+def test_real_queue_port_hands_the_decided_frame_to_tc(dp, lab, mode):
+    """A port with a real queue: the frame leaves XDP with XDP_PASS, rewritten as for a
+    redirect, with (magic, egress ifindex) in the metadata for tc_handoff."""
+    mode("ecmp", group=G2)
+    dp.tm_add(SW, src="10.9.0.2", dst="10.41.0.1", sport=1, dport=2, proto="udp",
+              egress_ifindex=EG[0], dmac=NH_MAC[EG[0]])
+    try:
+        frame = udp("10.41.0.1", sport=1, dport=2, ttl=9)
+        plain = run(dp, lab, frame)
+        dp.set_port_model(EG[0], speed_bps=10**9, real_queue=True)
+        before = dp.verdict_counters()["queued"]["packets"]
+        handed = run(dp, lab, frame)
+        assert dp.verdict_counters()["queued"]["packets"] == before + 1
+    finally:
+        dp.tm_del(SW, src="10.9.0.2", dst="10.41.0.1", sport=1, dport=2, proto="udp")
+    assert plain.verdict == "redirect" and plain.meta == b""
+    assert handed.verdict == "pass"
+    assert handed.data == plain.data and Ether(handed.data)[IP].ttl == 8
+    meta = abi.Handoff.from_buffer_copy(handed.meta)
+    assert (meta.magic, meta.ifindex) == (abi.HANDOFF_MAGIC, EG[0])
+    with pytest.raises(ValueError, match="needs a port speed"):
+        dp.set_port_model(EG[0], speed_bps=0, real_queue=True)

@@ -21,7 +21,8 @@ MAGIC = 0x5241494C41424654           # "RAILABFT"
 
 
 class Receiver:
-    """UDP socket bound in a host namespace; records (flow, seq) of every datagram."""
+    """UDP socket bound in a host namespace; records (flow, seq) of every datagram, and
+    (seq, arrival ns) in arrival order."""
 
     def __init__(self, netns: str, port: int):
         with in_netns(netns):
@@ -33,6 +34,7 @@ class Receiver:
         self.sock.settimeout(0.05)
         self.got: set[int] = set()
         self.by_flow: dict[int, int] = {}
+        self.arrivals: list[tuple[int, int]] = []
         self._stop = False
         self.thread = threading.Thread(target=self._run, daemon=True)
         self.thread.start()
@@ -46,6 +48,7 @@ class Receiver:
             if len(data) >= HDR.size:
                 flow, seq, magic = HDR.unpack_from(data)
                 if magic == MAGIC:
+                    self.arrivals.append((seq, time.monotonic_ns()))
                     self.got.add(seq)
                     self.by_flow[flow] = self.by_flow.get(flow, 0) + 1
 
@@ -81,7 +84,7 @@ class Result:
         return sum(1 for _, f, t in self.sent if t0 <= t < t1 and (flows is None or f in flows))
 
 
-def _payload(flow: int, seq: int, size: int) -> bytes:
+def payload(flow: int, seq: int, size: int) -> bytes:
     return HDR.pack(flow, seq, MAGIC).ljust(size, b"\0")
 
 
@@ -146,7 +149,7 @@ class RawStream:
         if head is None:
             head = self.templates[flow] = self.port.frame(self.dst, self.sport_base + flow, self.dport,
                                                           size=self.size)[:42]
-        return head + _payload(flow, seq, self.size - 42)
+        return head + payload(flow, seq, self.size - 42)
 
     def send_one(self, flow: int, seq: int) -> None:
         self.port.sock.send(self.frame(flow, seq))
@@ -174,7 +177,7 @@ class KernelStream:
         self.size = size
 
     def send_one(self, flow: int, seq: int) -> None:
-        self.socks[flow].sendto(_payload(flow, seq, self.size), self.dst)
+        self.socks[flow].sendto(payload(flow, seq, self.size), self.dst)
 
     def close(self):
         for s in self.socks:

@@ -1,0 +1,120 @@
+"""Real queues: the tc side of the port model's real-queue mode.
+
+The emulated port in the XDP program is a virtual queue: it decides tail drops, ECN
+marks and the load that flowlet/ARN see, but XDP cannot hold a frame, so nothing waits
+and every path of a fabric is equally fast (spraying never reorders, TCP cannot adapt).
+In real-queue mode a switch port also gets
+
+  - a clsact qdisc with `tc_handoff` on ingress: the XDP program hands each decided,
+    rewritten frame up with XDP_PASS and the egress ifindex in its metadata, and
+    tc_handoff redirects it to that egress device's transmit path;
+  - a token-bucket (tbf) root qdisc at the port's emulated speed, where the frame waits.
+
+Both queues drain at the same speed, so the real backlog follows the virtual one; the
+virtual queue keeps deciding drops and marks (counted in the data plane's counters) and
+the tbf limit leaves room above the virtual buffer so it never drops first.
+"""
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+
+from dataplane.netns_util import in_netns
+
+TC_INGRESS = "ffff:fff2"
+TC_H_ROOT = 0xFFFFFFFF
+SHAPER_HANDLE = 0x10000                # "1:"
+MAX_SHAPER_BPS = (2**32 - 1) * 8       # tbf's 32-bit bytes/s rate (pyroute2 sends no rate64)
+ETH_OVERHEAD = 18                      # Ethernet header + one VLAN tag above the L3 MTU
+
+
+class RealQueueError(RuntimeError):
+    pass
+
+
+@dataclass(frozen=True)
+class ShaperParams:
+    rate_bps: int          # tbf rate; min(port speed, MAX_SHAPER_BPS)
+    burst_bytes: int       # token bucket depth: one maximum-size frame
+    limit_bytes: int       # tbf backlog limit: above the virtual buffer, never the first to drop
+
+
+def shaper_params(speed_bps: int, buffer_bytes: int, mtu: int) -> ShaperParams:
+    """tbf settings for a port of speed_bps with a virtual buffer of buffer_bytes.
+
+    The bucket holds one full frame: tbf refuses frames larger than its bucket, and with
+    no more than that each frame waits for the previous one's transmission time, like a
+    store-and-forward port (a deeper bucket would let bursts through undelayed). The
+    limit is twice the virtual buffer plus the bucket: the two queues see a frame at
+    slightly different moments and the virtual one must be the one that drops."""
+    if speed_bps <= 0:
+        raise RealQueueError("a real queue needs a port speed (port model scale > 0)")
+    burst = mtu + ETH_OVERHEAD
+    return ShaperParams(rate_bps=min(int(speed_bps), MAX_SHAPER_BPS), burst_bytes=burst,
+                        limit_bytes=2 * buffer_bytes + burst)
+
+
+class NamespaceQueues:
+    """Real queues on the ports of one switch namespace, over one netlink socket. Use it
+    on one thread: pyroute2 (0.9) answers dumps only on the thread that opened the socket."""
+
+    def __init__(self, netns: str):
+        from pyroute2 import IPRoute
+        self.netns = netns
+        with in_netns(netns):   # the socket stays bound to the namespace it was opened in
+            self._ipr = IPRoute()
+        self._mtu = {link["index"]: link.get_attr("IFLA_MTU") for link in self._ipr.get_links()}
+
+    def close(self) -> None:
+        self._ipr.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def attach(self, ifindex: int, handoff_fd: int) -> None:
+        """clsact + tc_handoff on ingress of ifindex (replacing an earlier one)."""
+        from pyroute2.netlink.exceptions import NetlinkError
+        self.detach(ifindex)
+        try:
+            self._ipr.tc("add", "clsact", ifindex)
+            self._ipr.tc("add-filter", "bpf", ifindex, ":1", fd=handoff_fd, name="tc_handoff",
+                         parent=TC_INGRESS, classid=1, direct_action=True)
+        except NetlinkError as e:
+            raise RealQueueError(f"tc handoff on ifindex {ifindex} in {self.netns}: {e}") from None
+
+    def detach(self, ifindex: int) -> None:
+        """Remove clsact (and with it tc_handoff) and the shaper from ifindex; no-op if absent."""
+        from pyroute2.netlink.exceptions import NetlinkError
+        with contextlib.suppress(NetlinkError):
+            self._ipr.tc("del", "clsact", ifindex)
+        with contextlib.suppress(NetlinkError):   # the root qdisc, whatever its kind
+            self._ipr.tc("del", index=ifindex, parent=TC_H_ROOT)
+
+    def shape(self, ifindex: int, speed_bps: int, buffer_bytes: int) -> ShaperParams:
+        """(Re)set the tbf root qdisc of ifindex for a port of speed_bps."""
+        from pyroute2.netlink.exceptions import NetlinkError
+        params = shaper_params(speed_bps, buffer_bytes, self._mtu.get(ifindex) or 1500)
+        try:
+            self._ipr.tc("replace", "tbf", ifindex, handle=SHAPER_HANDLE,
+                         rate=f"{params.rate_bps}bit", burst=params.burst_bytes,
+                         limit=params.limit_bytes)
+        except NetlinkError as e:
+            raise RealQueueError(f"tbf on ifindex {ifindex} in {self.netns}: {e}") from None
+        return params
+
+    def stats(self) -> dict[int, dict]:
+        """{ifindex: shaper backlog and counters} for every port with a shaper, from one
+        dump: backlog_bytes, backlog_packets, sent_packets, drops, overlimits."""
+        out = {}
+        for msg in self._ipr.get_qdiscs():
+            if msg.get_attr("TCA_KIND") != "tbf":
+                continue
+            basic = msg.get_attr("TCA_STATS") or {}
+            out[msg["index"]] = {
+                "backlog_bytes": basic.get("backlog", 0), "backlog_packets": basic.get("qlen", 0),
+                "sent_packets": basic.get("packets", 0), "drops": basic.get("drop", 0),
+                "overlimits": basic.get("overlimits", 0)}
+        return out
