@@ -374,12 +374,15 @@ class SwitchProgrammer:
 
 
 def _run_frame(prog_fd: int, netns: str, frame: bytes, ifindex: int) -> tuple[int, bytes]:
+    from dataplane import bpf_abi as abi
     from dataplane.netns_util import in_netns
     from dataplane.progtest import prog_test_run
 
     # The ingress device is looked up in the caller's namespace: the switch's.
     with in_netns(netns):
         result = prog_test_run(prog_fd, frame, ingress_ifindex=ifindex)
+    if result.verdict == "pass" and abi.handoff_in(result.meta):
+        return abi.RL_VERDICT_QUEUED, result.data      # forwarded, through a real queue
     return result.retval, result.data
 
 

@@ -277,6 +277,14 @@ class Handoff(ct.Structure):
     ]
 
 
+def handoff_in(meta: bytes) -> Handoff | None:
+    """The handoff an XDP_PASS left in front of its frame (real-queue port), or None."""
+    if len(meta) < ct.sizeof(Handoff):
+        return None
+    h = Handoff.from_buffer_copy(meta[-ct.sizeof(Handoff):])
+    return h if h.magic == HANDOFF_MAGIC else None
+
+
 class FlowletKey(ct.Structure):
     _fields_ = [
         ("group_id", ct.c_uint32),

@@ -15,7 +15,8 @@ from typing import Callable
 
 from dataplane.runtime.labspec import LabSpec
 
-XDP_VERDICTS = {0: "aborted", 1: "drop", 2: "pass", 3: "tx", 4: "redirect"}
+XDP_VERDICTS = {0: "aborted", 1: "drop", 2: "pass", 3: "tx", 4: "redirect", 5: "queued"}
+FORWARDED = (4, 5)     # redirected, or handed to a real queue (XDP_PASS + handoff metadata)
 ROCE_PORT = 4791
 MAX_HOPS = 16
 
@@ -74,7 +75,7 @@ def trace(spec: LabSpec, key: FlowKey, run_frame: RunFrame) -> dict:
         node = nodes[switch]
         iface = node.interface(ingress)
         verdict, out = run_frame(node.netns, frame, iface.ifindex)
-        if verdict != 4:
+        if verdict not in FORWARDED:
             hops.append({"switch": switch, "in": ingress, "out": None})
             return {"hops": hops, "end": None, "verdict": XDP_VERDICTS.get(verdict, str(verdict))}
         far = by_mac.get(out[:6])
