@@ -17,6 +17,7 @@ the tbf limit leaves room above the virtual buffer so it never drops first.
 from __future__ import annotations
 
 import contextlib
+import math
 from dataclasses import dataclass
 
 from dataplane.netns_util import in_netns
@@ -26,6 +27,10 @@ TC_H_ROOT = 0xFFFFFFFF
 SHAPER_HANDLE = 0x10000                # "1:"
 MAX_SHAPER_BPS = (2**32 - 1) * 8       # tbf's 32-bit bytes/s rate (pyroute2 sends no rate64)
 ETH_OVERHEAD = 18                      # Ethernet header + one VLAN tag above the L3 MTU
+BUCKET_ROUNDING_NS = 1000 + 2 * 64     # tbf keeps its bucket as a time: pyroute2 rounds it
+                                       # down to whole microseconds (then 64 ns ticks), and
+                                       # the kernel turns that time back into the largest
+                                       # frame tbf takes
 
 
 class RealQueueError(RuntimeError):
@@ -49,9 +54,11 @@ def shaper_params(speed_bps: int, buffer_bytes: int, mtu: int) -> ShaperParams:
     slightly different moments and the virtual one must be the one that drops."""
     if speed_bps <= 0:
         raise RealQueueError("a real queue needs a port speed (port model scale > 0)")
-    burst = mtu + ETH_OVERHEAD
-    return ShaperParams(rate_bps=min(int(speed_bps), MAX_SHAPER_BPS), burst_bytes=burst,
-                        limit_bytes=2 * buffer_bytes + burst)
+    rate = min(int(speed_bps), MAX_SHAPER_BPS)
+    # The rounding's worth of bytes on top, or at 10 Gb/s (1,250 bytes per microsecond)
+    # the rounded bucket no longer holds a full frame and tbf drops every one.
+    burst = mtu + ETH_OVERHEAD + math.ceil(rate * BUCKET_ROUNDING_NS / 8e9)
+    return ShaperParams(rate_bps=rate, burst_bytes=burst, limit_bytes=2 * buffer_bytes + burst)
 
 
 class NamespaceQueues:

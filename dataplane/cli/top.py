@@ -6,7 +6,8 @@ Rates come from counter deltas between two polls divided by the time between the
   tx/rx rate  = delta tx_bytes/rx_bytes x 8 / dt (b/s)
   util        = tx rate / emulated port speed (None when the port has no port model)
   model util  = the port model's own `utilization` (EWMA over its window), when present
-  queue       = the port model's virtual backlog `queue_bytes` now
+  queue       = bytes waiting at the port now: in a real queue, its shaper's backlog;
+                otherwise the port model's virtual backlog `queue_bytes`
   drops/s     = delta of the sum of all drop reasons / dt; ECN/s likewise for ecn_marked
 A counter smaller than at the previous poll (agent restarted) counts from zero.
 Rows are sorted busiest first: by max(util, model util), then tx rate, then drops.
@@ -92,6 +93,12 @@ def _speeds(c: dict, nominal: float | None) -> tuple[float | None, float | None]
     return None, (c.get("speed_bps") or nominal)
 
 
+def _queued(c: dict) -> int | None:
+    if c.get("shaper") is not None:
+        return int(c["shaper"].get("backlog_bytes", 0))
+    return int(c["queue_bytes"]) if c.get("queue_bytes") is not None else None
+
+
 def compute_rows(prev: dict | None, cur: dict, dt: float, spec=None) -> list[PortRow]:
     """Rows for every switch port of `cur` (a counters reply), rates against `prev` (an
     earlier reply, None for none: rates 0), busiest first."""
@@ -120,7 +127,7 @@ def compute_rows(prev: dict | None, cur: dict, dt: float, spec=None) -> list[Por
                 direction=info.get("direction", ""), tx_bps=tx, rx_bps=rx,
                 util=tx / emulated if emulated else None,
                 model_util=float(c["utilization"]) if c.get("utilization") is not None else None,
-                queue_bytes=int(c["queue_bytes"]) if c.get("queue_bytes") is not None else None,
+                queue_bytes=_queued(c),
                 drops_per_s=sum(drops_delta.values()) / dt,
                 drops_total=sum(int(v or 0) for v in (c.get("drops") or {}).values()),
                 drops_delta=drops_delta, ecn_per_s=ecn / dt, speed_bps=emulated, nominal_bps=nominal,

@@ -16,9 +16,16 @@ LAB = Path(__file__).resolve().parents[2] / "labs" / "rail-optimized" / "rail-op
 def test_shaper_holds_one_frame_and_leaves_the_drops_to_the_virtual_queue():
     p = shaper_params(10_000_000, 32768, 1500)
     assert p.rate_bps == 10_000_000
-    assert p.burst_bytes == 1518                    # one VLAN-tagged full-size frame
-    assert p.limit_bytes == 2 * 32768 + 1518        # above the virtual buffer
-    assert shaper_params(10_000_000, 32768, 9000).burst_bytes == 9018
+    assert p.burst_bytes == 1518 + 2                # one VLAN-tagged full-size frame
+    assert p.limit_bytes == 2 * 32768 + p.burst_bytes   # above the virtual buffer
+    assert shaper_params(10_000_000, 32768, 9000).burst_bytes == 9018 + 2
+
+
+def test_shaper_bucket_survives_rounding_at_high_speed():
+    # tbf's bucket is a time, rounded down to whole microseconds and 64 ns ticks: at
+    # 10 Gb/s that is up to 1,250 + 160 bytes less than asked for
+    p = shaper_params(10 * 10**9, 32768, 1500)
+    assert p.burst_bytes - 1250 - 160 >= 1518
 
 
 def test_shaper_rate_is_capped_where_tbf_rates_end():

@@ -119,3 +119,11 @@ def test_bad_interval(monkeypatch, capsys):
     monkeypatch.setattr(cli_main, "VERB_MODULES", ("top",))
     assert cli_main.main(["top", "x", "--interval", "0"]) == 2
     assert "--interval" in capsys.readouterr().err
+
+
+def test_real_queue_shows_the_shaper_backlog():
+    prev = snapshot({"s": {"a": port(0, speed_bps=1e7)}})
+    cur = copy.deepcopy(prev)
+    cur["switches"]["s"]["ports"]["a"].update(queue_bytes=900, shaper={"backlog_bytes": 4_000, "drops": 0})
+    (row,) = top.compute_rows(prev, cur, 1.0)
+    assert row.queue_bytes == 4_000
