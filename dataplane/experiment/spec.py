@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import jsonschema
-import yaml
 
+from dataplane import yamlfile
 from dataplane.errors import RailabError
 from dataplane.traffic import workload as wl
 
@@ -137,18 +137,7 @@ def _where(error: jsonschema.ValidationError) -> str:
 
 def load(path: str | Path) -> Experiment:
     source = Path(path)
-    try:
-        text = source.read_text()
-    except FileNotFoundError:
-        raise ExperimentError(f"{source}: file not found") from None
-    except OSError as err:
-        raise ExperimentError(f"{source}: cannot read: {err.strerror}") from None
-    try:
-        doc = yaml.safe_load(text)
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        where = f" (line {mark.line + 1})" if mark else ""
-        raise ExperimentError(f"{source}: not valid YAML{where}") from None
+    doc = yamlfile.load(source, ExperimentError, "experiment file")
     if not isinstance(doc, dict):
         raise ExperimentError(f"{source}: an experiment is a mapping with name, lab, modes and workload")
     errors = sorted(jsonschema.Draft7Validator(SCHEMA).iter_errors(doc), key=lambda e: e.path)

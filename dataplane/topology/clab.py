@@ -26,6 +26,7 @@ import yaml
 from jsonschema.exceptions import best_match
 from jsonschema.validators import validator_for
 
+from dataplane import yamlfile
 from dataplane.errors import TopologyError
 from dataplane.topology import infer
 from dataplane.topology.generate import INT_PARAMS, format_speed, parse_speed
@@ -84,61 +85,15 @@ def read(path: str | Path, warnings: list[str] | None = None) -> Topology:
 
 
 def load(path: str | Path) -> Loaded:
-    source = str(path)
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise TopologyError(f"{source}: file not found") from None
-    except IsADirectoryError:
-        raise TopologyError(f"{source}: is a directory, not a topology file") from None
-    except PermissionError:
-        raise TopologyError(f"{source}: permission denied") from None
-    except UnicodeDecodeError:
-        raise TopologyError(f"{source}: not UTF-8 text, not a topology file") from None
-    except OSError as err:
-        raise TopologyError(f"{source}: cannot read: {err.strerror}") from None
-    return parse(text, source)
+    return parse(yamlfile.read_text(path, TopologyError, "topology file"), str(path))
 
 
 def parse(text: str, source: str = "<text>") -> Loaded:
     return from_document(load_yaml(text, source), source)
 
 
-class _StrictLoader(yaml.SafeLoader):
-    """SafeLoader that refuses duplicate keys (PyYAML silently keeps the last one)."""
-
-    def construct_mapping(self, node, deep=False):
-        seen: dict[object, int] = {}
-        for key_node, _ in node.value:
-            if key_node.tag == "tag:yaml.org,2002:merge":
-                continue
-            key = self.construct_object(key_node, deep=True)
-            try:
-                first = seen.setdefault(key, key_node.start_mark.line + 1)
-            except TypeError:
-                continue  # unhashable key: let PyYAML report it
-            if first != key_node.start_mark.line + 1:
-                raise _DuplicateKey(f"duplicate key {key!r} at line {key_node.start_mark.line + 1} "
-                                    f"(first at line {first})")
-        return super().construct_mapping(node, deep)
-
-
-class _DuplicateKey(Exception):
-    pass
-
-
 def load_yaml(text: str, source: str) -> dict:
-    try:
-        doc = yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - SafeLoader subclass
-    except _DuplicateKey as err:
-        raise TopologyError(f"{source}: {err}") from None
-    except yaml.MarkedYAMLError as err:
-        mark = err.problem_mark or err.context_mark
-        where = f" at line {mark.line + 1} column {mark.column + 1}" if mark else ""
-        problem = " ".join(str(err.problem or err.context or "syntax error").split())
-        raise TopologyError(f"{source}: not valid YAML: {problem}{where}") from None
-    except yaml.YAMLError as err:
-        raise TopologyError(f"{source}: not valid YAML: {' '.join(str(err).split())}") from None
+    doc = yamlfile.parse(text, source, TopologyError)
     if doc is None:
         raise TopologyError(f"{source}: is empty, not a containerlab topology")
     if not isinstance(doc, dict):

@@ -37,8 +37,8 @@ from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 import jsonschema
-import yaml
 
+from dataplane import yamlfile
 from dataplane.errors import RailabError
 from dataplane.traffic import roce
 
@@ -457,18 +457,7 @@ def load_dict(doc: Any, source: str = "<workload>") -> Workload:
 
 def load(path: str | Path) -> Workload:
     """Read and validate a workload YAML file."""
-    p = Path(path)
-    try:
-        text = p.read_text()
-    except OSError as e:
-        raise WorkloadError(f"{p}: cannot read: {e.strerror}") from None
-    try:
-        doc = yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f"line {mark.line + 1}" if mark else "?"
-        raise WorkloadError(f"{p}: YAML error at {where}: {getattr(e, 'problem', e)}") from None
-    return load_dict(doc, str(p))
+    return load_dict(yamlfile.load(path, WorkloadError, "workload file"), str(path))
 
 
 # --- flow generation ---------------------------------------------------------------------------

@@ -220,9 +220,9 @@ def test_semantic_errors(wfile):
     with pytest.raises(WorkloadError, match="mix: all class shares are zero"):
         load_flows(wfile(BASE.replace("mix: {elephant: 0.7, mice: 0.2, protocol: 0.1}",
                                       "mix: {elephant: 0}")))
-    with pytest.raises(WorkloadError, match="missing.yaml: cannot read"):
+    with pytest.raises(WorkloadError, match="missing.yaml: file not found"):
         load("/nonexistent/missing.yaml")
-    with pytest.raises(WorkloadError, match="YAML error at line"):
+    with pytest.raises(WorkloadError, match="not valid YAML: .* at line 2"):
         load(wfile("a: [1,\n"))
     with pytest.raises(WorkloadError, match="needs at least 2 hosts"):
         generate(_wl({"type": "ring-allreduce"}), hosts(1, 2))
