@@ -700,7 +700,7 @@ class SwitchDataplane:
         self._write_port(ifindex, port)
         self._port_model[ifindex] = {"speed_bps": speed_bps, "buffer_bytes": buffer_bytes,
                                      "ecn_bytes": ecn_bytes, "window_us": window_us,
-                                     "queue": "real" if real_queue else "virtual"}
+                                     "real_queue": real_queue}
 
     def port_model(self, ifindex: int) -> dict | None:
         return self._port_model.get(ifindex)

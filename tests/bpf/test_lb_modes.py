@@ -326,6 +326,8 @@ def test_real_queue_port_hands_the_decided_frame_to_tc(dp, lab, mode):
         before = dp.verdict_counters()["queued"]["packets"]
         handed = run(dp, lab, frame)
         assert dp.verdict_counters()["queued"]["packets"] == before + 1
+        dp.reset_switch_state(SW)                 # a reset keeps the port's model, queue kind too
+        assert run(dp, lab, frame).verdict == "pass"
     finally:
         dp.tm_del(SW, src="10.9.0.2", dst="10.41.0.1", sport=1, dport=2, proto="udp")
     assert plain.verdict == "redirect" and plain.meta == b""
