@@ -8,6 +8,7 @@ from collections import Counter
 
 from dataplane.topology import clab
 from dataplane.topology.generate import ALL_PARAMS, command_line, flag, generate
+from dataplane.topology.infer import natural_key
 from dataplane.topology.model import FABRIC_KINDS, TIER, Role, Topology
 
 PARAM_HELP = {
@@ -87,6 +88,8 @@ def summary(loaded: clab.Loaded, path: str) -> dict:
         "kind": topo.kind,
         "params": topo.params,
         "nodes": {role.value: roles.get(role.value, 0) for role in Role},
+        "roles": {role.value: sorted((n.name for n in topo.nodes.values() if n.role is role),
+                                     key=natural_key) for role in Role},
         "node_kinds": dict(Counter(n.kind for n in topo.nodes.values())),
         "links": len(topo.links),
         "link_classes": dict(Counter(link_class(topo, l) for l in topo.links)),
@@ -105,6 +108,12 @@ def describe_nodes(topo: Topology) -> str:
     return ", ".join(f"{roles[r]} {r.value if roles[r] == 1 else plural[r]}" for r in Role if roles[r])
 
 
+def _names(names: list[str], shown: int = 12) -> str:
+    if len(names) <= shown:
+        return " ".join(names)
+    return " ".join(names[:shown]) + f" ... ({len(names) - shown} more)"
+
+
 def _numbers(values: list[int]) -> str:
     return " ".join(map(str, values)) if values else "none"
 
@@ -117,6 +126,7 @@ def render(report: dict) -> str:
         f"lab     {report['name']} ({report['file']})",
         f"kind    {kind}",
         f"nodes   {sum(report['nodes'].values())}: {nodes}",
+        *(f"  {role:<6}{_names(names)}" for role, names in report["roles"].items() if names),
         f"links   {report['links']}: {classes}",
         f"rails   {_numbers(report['rails'])}",
         f"planes  {_numbers(report['planes'])}",

@@ -18,6 +18,7 @@ from __future__ import annotations
 import copy
 import functools
 import json
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -89,7 +90,29 @@ def load(path: str | Path) -> Loaded:
 
 
 def parse(text: str, source: str = "<text>") -> Loaded:
-    return from_document(load_yaml(text, source), source)
+    return from_document(load_yaml(expand_env(text), source), source)
+
+
+# ${VAR}, ${VAR:=default}, ${VAR:-default}, ${VAR=default}, ${VAR-default}: containerlab
+# substitutes these in the file's text before reading it (a ':' form also takes the
+# default when VAR is set but empty). Bare $VAR is left alone: it appears in exec
+# commands meant for the node's own shell.
+_ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?:(:?)[=-]([^}]*))?\}")
+
+
+def expand_env(text: str, env: dict[str, str] | None = None) -> str:
+    env = os.environ if env is None else env
+
+    def value(match: re.Match) -> str:
+        name, colon, default = match.group(1), match.group(2), match.group(3)
+        current = env.get(name)
+        if default is None:
+            return current or ""
+        if current is None or (colon and current == ""):
+            return default
+        return current
+
+    return _ENV_REF.sub(value, text)
 
 
 def load_yaml(text: str, source: str) -> dict:
@@ -103,8 +126,8 @@ def load_yaml(text: str, source: str) -> dict:
 
 
 def _yaml_type(value: object) -> str:
-    return {list: "list", str: "string", int: "number", float: "number", bool: "boolean"}.get(
-        type(value), type(value).__name__)
+    return {list: "list", dict: "mapping", str: "string", int: "number", float: "number",
+            bool: "boolean", type(None): "null (empty)"}.get(type(value), type(value).__name__)
 
 
 @functools.lru_cache(maxsize=1)
@@ -135,6 +158,11 @@ def validate(doc: dict, source: str) -> None:
     if parts[:2] == ["topology", "links"] and len(parts) > 2:
         path += f" (link {parts[2] + 1})"  # the numbering railab's own messages use
     message = " ".join(error.message.split())
+    if error.validator == "type":   # the message would repeat the whole value
+        wanted = error.validator_value if isinstance(error.validator_value, str) else \
+            " or ".join(error.validator_value)
+        wanted = {"object": "mapping", "array": "list"}.get(wanted, wanted)
+        message = f"must be a {wanted}, not a {_yaml_type(error.instance)}"
     if error.validator == "pattern" and len(str(error.validator_value)) > 60:
         message = f"{error.instance!r} is not in the form the schema expects"
     if len(message) > 200:
@@ -150,7 +178,8 @@ def _branch_error(error):
         branches.setdefault(sub.relative_schema_path[0], []).append(sub)
     for subs in branches.values():
         about_type = any(s.validator == "const" or
-                         (s.validator == "required" and "'type'" in s.message) for s in subs)
+                         (s.validator in ("required", "additionalProperties") and "'type'" in s.message)
+                         for s in subs)
         if not about_type:
             return best_match(subs)
     return None
@@ -164,13 +193,22 @@ def _json_path(parts) -> str:
 
 
 def _normalised_for_schema(doc: dict, source: str) -> dict:
-    """A copy with old kind aliases replaced; unknown kinds refused with a clear message."""
+    """A copy as containerlab itself would check it: empty (null) sections are empty, old
+    kind aliases are their new names, node types compare in lower case (containerlab
+    lowercases them). Unknown kinds are refused with a clear message."""
     known = schema_kinds()
     doc = copy.deepcopy(doc)
     topo = doc["topology"]
+    for section in ("kinds", "groups", "defaults", "links"):
+        if section in topo and topo[section] is None:
+            del topo[section]
 
     def fix(holder: object, where: str) -> None:
-        if isinstance(holder, dict) and isinstance(holder.get("kind"), str):
+        if not isinstance(holder, dict):
+            return
+        if isinstance(holder.get("type"), str):
+            holder["type"] = holder["type"].lower()
+        if isinstance(holder.get("kind"), str):
             kind = holder["kind"]
             if kind in KIND_ALIASES:
                 holder["kind"] = KIND_ALIASES[kind]
@@ -185,7 +223,18 @@ def _normalised_for_schema(doc: dict, source: str) -> dict:
             fix(cfg, f"group {name}")
     fix(topo.get("defaults"), "topology.defaults")
     if isinstance(topo.get("kinds"), dict):
-        topo["kinds"] = {KIND_ALIASES.get(k, k): v for k, v in topo["kinds"].items()}
+        listed = set(_validator().schema["properties"]["topology"]["properties"]["kinds"]
+                     .get("properties", {}))
+        kinds = {}
+        for kind, cfg in topo["kinds"].items():
+            fix(cfg, f"topology.kinds.{kind}")
+            # The schema's kinds section lists only some kinds; containerlab itself
+            # takes settings for any known kind there, old names included.
+            for name in (KIND_ALIASES.get(kind, kind), kind):
+                if name in listed:
+                    kinds[name] = cfg
+                    break
+        topo["kinds"] = kinds
     return doc
 
 
@@ -248,12 +297,10 @@ class _Reader:
 
     # -- nodes
     def _node(self, name: str, cfg: dict) -> Node:
-        group = {}
-        if cfg.get("group") is not None:
-            if cfg["group"] not in self.groups:
-                raise self.fail(f"node {name}: group {cfg['group']!r} is not defined in "
-                                "topology.groups")
-            group = self.groups[cfg["group"]] or {}
+        # A group topology.groups does not define gives no settings: containerlab lets a
+        # node's group be a plain label (used by its graph and by tools around it).
+        group_name = cfg.get("group", self.defaults.get("group"))
+        group = (self.groups.get(group_name) if group_name is not None else None) or {}
         kind = cfg.get("kind") or group.get("kind") or self.defaults.get("kind")
         if not kind:
             raise self.fail(f"node {name} has no kind (set kind on the node, its group or "
@@ -265,7 +312,7 @@ class _Reader:
             labels.update({str(k): str(v) for k, v in (layer.get("labels") or {}).items()})
         image = next((l["image"] for l in reversed(layers) if l.get("image")), None)
         try:
-            kind_role = infer.kind_class(kind, image)
+            kind_role = infer.kind_class(kind, image, name)
         except KeyError as err:
             raise self.fail(f"node {name} has kind {kind}, which railab cannot emulate "
                             f"({err.args[0]})") from None
@@ -326,7 +373,9 @@ class _Reader:
             roles = (topo.nodes[link.a.node].role, topo.nodes[link.b.node].role)
             if roles == (Role.HOST, Role.HOST):
                 raise self.fail(f"{what}: host {link.a.node} is connected directly to host "
-                                f"{link.b.node}; hosts connect to switches")
+                                f"{link.b.node}; hosts connect to switches (if one is a router "
+                                "whose image railab does not recognise, label it "
+                                "railab.role: leaf|spine|core)")
             if not any(k.startswith("railab.") for k in link.vars):
                 self.unlabelled_links.add(len(topo.links))
             link.vars = self._link_facts(link, what)

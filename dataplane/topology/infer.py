@@ -4,9 +4,12 @@ and the tier, rail, plane and pod facts the file did not label.
 Rules (tests/unit/test_topology_clab.py shows each on a realistic file):
 - A node or link that carries railab labels/vars (railab.role on a node, any railab.* var
   on a link) is taken as completely described by them; inference fills only unlabelled ones.
-- Kind: `linux` nodes are hosts unless their image is a routing suite (frr, bird, ...);
+- Kind: `linux` nodes are hosts unless their image is a routing suite (frr, bird, ...)
+  or their name is a network device's (leaf1, spine-2, tor3, rt1, ...);
   network-OS kinds are switches; kinds that are not a host or a switch/router are refused.
-- Tier: BFS distance from the hosts over the switch graph: 1 leaf, 2 spine, 3+ core.
+- Tier: BFS distance from the hosts over the switch graph: 1 leaf, 2 spine, 3+ core;
+  except a switch 3 hops away whose spines are all reached by one leaf and that has
+  nothing above it: a leaf without hosts (border or spare leaf), not a core.
 - Planes: when the switch graph falls apart into several components and hosts have two or
   more links into a component, each component is a plane (dual-plane fabrics). A host with
   one link per component reads as rails (rail-only), not planes: label railab.plane to
@@ -86,10 +89,17 @@ def image_is_router(image: str | None) -> bool:
     return any(word in ROUTER_IMAGE_WORDS for word in words)
 
 
-def kind_class(kind: str, image: str | None = None) -> str:
+# Names of `linux` nodes that are network devices in the labs people write (leaf1,
+# spine-2, tor3, border1, rt1, r2 ...), for images railab does not know as routers.
+SWITCH_NAME = re.compile(r"^((border|super-?|b)?(leaf|spine|core|tor|switch|agg|router|rtr)"
+                         r"[-_]?\d*[a-z]?|(sw|rt|r|dcgw|pe|p)[-_]?\d+[a-z]?)$", re.IGNORECASE)
+
+
+def kind_class(kind: str, image: str | None = None, name: str | None = None) -> str:
     """'host', 'switch', or raise KeyError(reason) for kinds railab cannot emulate."""
     if kind == "linux":
-        return "switch" if image_is_router(image) else "host"
+        router = image_is_router(image) or bool(name and SWITCH_NAME.match(name))
+        return "switch" if router else "host"
     if kind in NOT_EMULATED:
         raise KeyError(NOT_EMULATED[kind])
     if kind in SWITCH_KINDS or kind.startswith(SWITCH_KIND_PREFIXES):
@@ -116,6 +126,28 @@ def infer_tiers(topo: Topology, unknown: set[str], source: str) -> None:
                 f"{source}: switch {name} has no path to any host, so its tier cannot be "
                 "inferred; label it railab.role: leaf|spine|core")
         topo.nodes[name].role = {1: Role.LEAF, 2: Role.SPINE}.get(distance[name], Role.CORE)
+    for name in _hostless_leaves(topo, distance, adjacency, unknown):
+        topo.nodes[name].role = Role.LEAF
+
+
+def _hostless_leaves(topo: Topology, distance: dict[str, int], adjacency: dict[str, list[str]],
+                     unknown: set[str]) -> list[str]:
+    """Switches three hops from the hosts that are leaves without hosts (yet), not cores:
+    border and spare leaves. Such a switch reaches up only to spines that one leaf also
+    reaches, and nothing above it; a core's spines span pods, which no leaf reaches."""
+    def spines_of(name: str) -> set[str]:
+        return {n for n in adjacency[name] if distance.get(n) == 2}
+
+    leaf_spines = [spines_of(n) for n, d in distance.items() if d == 1]
+    found = []
+    for name in unknown:
+        if distance.get(name) != 3:
+            continue
+        ups = spines_of(name)
+        others = {n for n in adjacency[name] if topo.nodes[n].role.is_switch} - ups
+        if ups and all(distance.get(n) == 3 for n in others) and any(ups <= s for s in leaf_spines):
+            found.append(name)
+    return found
 
 
 def _adjacency(topo: Topology) -> dict[str, list[str]]:

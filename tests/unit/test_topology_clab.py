@@ -231,3 +231,77 @@ def test_foreign_file_written_back_keeps_kinds(tmp_path):
     assert {n.name: (n.kind, n.role) for n in again.nodes.values()} == {
         n.name: (n.kind, n.role) for n in topo.nodes.values()}
     assert without_addresses(again).links == topo.links
+
+
+# ---- files as people write them (cases found in public containerlab labs)
+def _lab(nodes: str, links: str, extra: str = "") -> str:
+    return f"name: t\ntopology:\n{extra}  nodes:\n{nodes}  links:\n{links}"
+
+
+LEAF_SPINE_NODES = """\
+    spine1: {kind: nokia_srlinux}
+    leaf1: {kind: nokia_srlinux}
+    leaf2: {kind: nokia_srlinux}
+    h1: {kind: linux, image: alpine}
+    h2: {kind: linux, image: alpine}
+"""
+LEAF_SPINE_LINKS = """\
+    - endpoints: ["leaf1:e1-49", "spine1:e1-1"]
+    - endpoints: ["leaf2:e1-49", "spine1:e1-2"]
+    - endpoints: ["h1:eth1", "leaf1:e1-1"]
+    - endpoints: ["h2:eth1", "leaf2:e1-1"]
+"""
+
+
+def test_environment_variables_are_substituted_like_containerlab():
+    env = {"SET": "x", "EMPTY": ""}
+    assert clab.expand_env("${SET} ${UNSET} ${UNSET:=d1} ${UNSET:-d2} ${EMPTY:=d3} "
+                           "${EMPTY=d4} ${SET:=d5} $SET", env) == "x  d1 d2 d3  x $SET"
+    text = _lab(LEAF_SPINE_NODES.replace("{kind: nokia_srlinux}",
+                                         "{kind: nokia_srlinux, type: '${RAILAB_TEST_UNSET:=ixr-d3l}'}"),
+                LEAF_SPINE_LINKS, extra="")
+    text = text.replace("name: t\n", "name: t\nprefix: ${RAILAB_TEST_UNSET:=\"\"}\n")
+    assert len(clab.parse(text).topology.hosts) == 2
+
+
+def test_a_group_that_is_not_defined_is_a_label_and_defaults_group_gives_the_kind():
+    nodes = LEAF_SPINE_NODES.replace("h2: {kind: linux, image: alpine}", "h2: {group: servers}")
+    nodes = nodes.replace("spine1: {kind: nokia_srlinux}", "spine1: {kind: nokia_srlinux, group: spines}")
+    extra = "  groups:\n    servers: {kind: linux}\n"
+    topo = clab.parse(_lab(nodes, LEAF_SPINE_LINKS, extra)).topology
+    assert roles(topo)["h2"] == "host" and roles(topo)["spine1"] == "spine"
+    nodes = LEAF_SPINE_NODES.replace("h2: {kind: linux, image: alpine}", "h2: {}")
+    extra = "  defaults: {group: servers}\n  groups:\n    servers: {kind: linux}\n"
+    assert roles(clab.parse(_lab(nodes, LEAF_SPINE_LINKS, extra)).topology)["h2"] == "host"
+
+
+def test_empty_sections_old_kind_names_and_type_case_are_accepted():
+    extra = "  kinds: ~\n  groups: ~\n"
+    assert len(clab.parse(_lab(LEAF_SPINE_NODES, LEAF_SPINE_LINKS, extra)).topology.nodes) == 5
+    extra = "  kinds:\n    vr-vqfx: {image: vrnetlab/vr-vqfx}\n    srl: {type: IXR-D3L}\n"
+    nodes = LEAF_SPINE_NODES.replace("spine1: {kind: nokia_srlinux}", "spine1: {kind: vr-vqfx}")
+    topo = clab.parse(_lab(nodes, LEAF_SPINE_LINKS, extra)).topology
+    assert roles(topo)["spine1"] == "spine"
+
+
+def test_linux_routers_are_known_by_their_names():
+    nodes = LEAF_SPINE_NODES.replace("{kind: nokia_srlinux}", "{kind: linux, image: my/netlab}")
+    topo = clab.parse(_lab(nodes, LEAF_SPINE_LINKS)).topology
+    assert roles(topo) == {"spine1": "spine", "leaf1": "leaf", "leaf2": "leaf", "h1": "host", "h2": "host"}
+
+
+def test_a_leaf_without_hosts_is_a_leaf_not_a_core():
+    nodes = LEAF_SPINE_NODES + "    spine2: {kind: nokia_srlinux}\n    border1: {kind: nokia_srlinux}\n"
+    links = LEAF_SPINE_LINKS + """\
+    - endpoints: ["leaf1:e1-50", "spine2:e1-1"]
+    - endpoints: ["leaf2:e1-50", "spine2:e1-2"]
+    - endpoints: ["border1:e1-49", "spine1:e1-3"]
+    - endpoints: ["border1:e1-50", "spine2:e1-3"]
+"""
+    assert roles(clab.parse(_lab(nodes, links)).topology)["border1"] == "leaf"
+
+
+def test_a_wrong_section_type_is_named_not_printed():
+    text = _lab(LEAF_SPINE_NODES, "    a: {endpoints: ['h1:eth1', 'leaf1:e1-1']}\n")
+    with pytest.raises(TopologyError, match=r"topology.links: must be a list, not a mapping$"):
+        clab.parse(text, "t.yml")

@@ -86,7 +86,6 @@ BAD_FILES = [
     ("firewall-kind", good_nodes(fw={"kind": "cisco_asav"}), "node fw has kind cisco_asav, which "
                                                             "railab cannot emulate (a firewall)"),
     ("no-kind", GOOD.replace("srv2: {kind: linux}", "srv2: {}"), "node srv2 has no kind"),
-    ("undefined-group", good_nodes(srv3={"group": "gpu"}), "node srv3: group 'gpu' is not defined"),
     ("unknown-node", good_links(brief("srv1:eth2", "leaf9:e1-1")),
      "link 3 (srv1:eth2 -- leaf9:e1-1): node leaf9 is not defined in topology.nodes"),
     ("malformed-endpoint", good_links(brief("srv1eth2", "leaf1:e1-3")),
