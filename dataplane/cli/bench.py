@@ -24,6 +24,10 @@ def register(sub) -> None:
     tr.add_argument("--duration", type=float, default=3.0, help="seconds per measurement")
     tr.add_argument("--json", action="store_true")
     tr.set_defaults(func=run_traffic)
+    q = which.add_parser("queue", help="TCP through the virtual and the real queue, slow and fast ports")
+    q.add_argument("--duration", type=float, default=3.0, help="seconds per measurement")
+    q.add_argument("--json", action="store_true")
+    q.set_defaults(func=run_queue)
 
 
 def _mem_used_kib() -> int:
@@ -226,4 +230,28 @@ def run_traffic(args) -> int:
         table.add_row(label, f"{pps:,.0f}" if pps else "-")
     Console().print(table)
     print(f"railab / trafgen: {result['railab_over_trafgen']:.2f} (target: at least 0.25)")
+    return 0
+
+
+def run_queue(args) -> int:
+    import json
+
+    from rich.console import Console
+    from rich.table import Table
+
+    from dataplane.runtime import lifecycle
+    from dataplane.traffic.queuebench import bench_queue
+
+    lifecycle.require_root()
+    rows = bench_queue(duration_s=args.duration)
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    table = Table(title="railab bench queue (iperf3 TCP, leaf -> spine -> leaf, clos2 lab)")
+    for col in ("port speed", "queue", "TCP goodput", "of the port"):
+        table.add_column(col, justify="right" if col in ("TCP goodput", "of the port") else "left")
+    for r in rows:
+        table.add_row(r["port_speed"], r["queue"], f"{r['tcp_bps'] / 1e6:,.2f} Mb/s",
+                      f"{r['share_of_port']:.0%}")
+    Console().print(table)
     return 0

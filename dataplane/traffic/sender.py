@@ -30,10 +30,8 @@ import ctypes.util
 import functools
 import heapq
 import json
-import os
 import socket
 import sys
-import threading
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field

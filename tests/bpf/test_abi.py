@@ -17,7 +17,7 @@ def _layout(t) -> list[tuple[str, int, int]]:
         return []
     out = []
     for f in t._fields_:
-        name, ftype = f[0], f[1]
+        name = f[0]
         if name.startswith("__pad"):
             continue
         d = getattr(t, name)

@@ -2,7 +2,6 @@
 also when the test fails; `assert_no_leftovers` checks that nothing of it remains."""
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import uuid

@@ -170,7 +170,7 @@ def test_degraded_spine_downlink_triggers_arn(lab, fab, tmp_path):
     try:
         time.sleep(0.5)                          # tcpdump ready
         base = faults.status(lab.name)["counters"]
-        sent = paced(stream.send_one, FLOWS, 4000, 0.9,
+        paced(stream.send_one, FLOWS, 4000, 0.9,
                      [(0.1, lambda: faults.degrade(lab.name, "spine1:down3", "10G")),
                       (0.15, sample("congested")), (0.25, sample("avoid1")), (0.35, sample("avoid2"))])
         rx.stop()

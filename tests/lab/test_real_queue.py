@@ -4,7 +4,6 @@ slow port spread out, and packets sprayed over paths of unequal delay arrive out
 order while ECMP keeps them in order. Real frames between host namespaces."""
 from __future__ import annotations
 
-import json
 import subprocess
 import time
 
@@ -14,6 +13,7 @@ from dataplane import faults
 from dataplane.experiment.runner import wait_for_drain
 from dataplane.lb import Fabric
 from dataplane.runtime import lifecycle
+from dataplane.traffic import iperf
 
 from .conftest import leftovers, shipped, spec_from, unique_name
 from .faulttraffic import RawStream, Receiver
@@ -146,27 +146,9 @@ def test_spraying_over_unequal_paths_reorders_ecmp_does_not(lab):
     assert len(hashed) > 0 and _reordered(hashed) == 0
 
 
-def _iperf3_tcp_bps(src_ns: str, dst_ns: str, dst_ip: str, seconds: float = 3) -> float:
-    server = subprocess.Popen(["ip", "netns", "exec", dst_ns, "iperf3", "-s", "-1", "-B", dst_ip],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        for _ in range(100):
-            ss = subprocess.run(["ip", "netns", "exec", dst_ns, "ss", "-ltn"], capture_output=True, text=True)
-            if ":5201" in ss.stdout:
-                break
-            time.sleep(0.05)
-        client = subprocess.run(["ip", "netns", "exec", src_ns, "iperf3", "-c", dst_ip, "-t", str(seconds), "-J"],
-                                capture_output=True, text=True, timeout=60)
-        assert client.returncode == 0, client.stdout[-500:] + client.stderr
-        return json.loads(client.stdout)["end"]["sum_received"]["bits_per_second"]
-    finally:
-        server.kill()
-        server.wait()
-
-
 def test_tcp_fills_a_slow_port_through_a_real_queue(lab):
     """With frames waiting in a queue, TCP sees delay grow before loss and settles at the
     port's speed (through the virtual queue at 10 Mb/s it could only lose its way there)."""
     spec, fab, stream, receiver_ns, _ = lab
-    bps = _iperf3_tcp_bps(spec.hosts[0].netns, receiver_ns, stream.dst_ip)
+    bps = iperf.tcp_bps(spec.hosts[0].netns, receiver_ns, stream.dst_ip)
     assert 0.7 * PORT_BPS <= bps <= 1.02 * PORT_BPS, bps
