@@ -18,13 +18,17 @@ def read_text(path: str | Path, error: type[RailabError], what: str = "YAML file
     except FileNotFoundError:
         raise error(f"{source}: file not found") from None
     except IsADirectoryError:
-        raise error(f"{source}: is a directory, not a {what}") from None
+        raise error(f"{source}: is a directory, not {_a(what)}") from None
     except PermissionError:
         raise error(f"{source}: permission denied") from None
     except UnicodeDecodeError:
-        raise error(f"{source}: not UTF-8 text, not a {what}") from None
+        raise error(f"{source}: not UTF-8 text, not {_a(what)}") from None
     except OSError as err:
         raise error(f"{source}: cannot read: {err.strerror}") from None
+
+
+def _a(noun: str) -> str:
+    return f"{'an' if noun[:1] in 'aeiou' else 'a'} {noun}"
 
 
 class _StrictLoader(yaml.SafeLoader):

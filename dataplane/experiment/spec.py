@@ -149,9 +149,13 @@ def load(path: str | Path) -> Experiment:
     lab_file = (base / doc["lab"]).resolve()
     if not lab_file.is_file():
         raise ExperimentError(f"{source}: lab: {doc['lab']} not found (looked at {lab_file})")
-    duration = wl.parse_duration(doc.get("duration", "2s"))
-    if duration <= 0 or duration > 600:
-        raise ExperimentError(f"{source}: duration: must be between 0 and 600 seconds")
+    try:
+        duration = wl.parse_duration(doc.get("duration", "2s"))
+    except ValueError:
+        duration = -1.0
+    if not 0 < duration <= 600:
+        raise ExperimentError(f"{source}: duration: {doc.get('duration')!r} is not a duration "
+                              "between 0 and 600 seconds (like 3s or 500ms)")
 
     raw_workload = doc["workload"]
     if isinstance(raw_workload, str):

@@ -82,7 +82,10 @@ def parse_size(v: int | float | str) -> int:
     m = SIZE_RE.match(str(v))
     if not m:
         raise ValueError(f"bad size {v!r}")
-    return int(float(m.group(1)) * _SIZE_UNITS[m.group(2).lower()])
+    size = int(float(m.group(1)) * _SIZE_UNITS[m.group(2).lower()])
+    if size <= 0:
+        raise ValueError(f"size {v!r} must be more than zero")
+    return size
 
 
 @dataclass(frozen=True)
@@ -103,6 +106,8 @@ def parse_rate(v: str | int | float) -> Rate:
         raise ValueError(f"bad rate {v!r}")
     unit = m.group(2).lower()
     x = float(m.group(1))
+    if x <= 0:
+        raise ValueError(f"rate {v!r} must be more than zero")
     if unit in _PPS_MULT:
         return Rate(x * _PPS_MULT[unit], "pps")
     return Rate(x * _RATE_UNITS[unit], "bps")
@@ -596,7 +601,10 @@ def generate(wl: Workload, hosts: Sequence[Any] | None = None) -> list[Flow]:
         else:
             classes = [(c, wl.mix[c]) for c in CLASSES if wl.mix[c] > 0]
         if "rate" in spec:
-            pair_bps = parse_rate(spec["rate"]).bps(wl.mtu_frame_bytes)
+            try:
+                pair_bps = parse_rate(spec["rate"]).bps(wl.mtu_frame_bytes)
+            except ValueError as err:
+                raise WorkloadError(f"{wl.source}: pattern.flows[{pi}].rate: {err}") from None
         else:
             pair_bps = sender_bps / per_sender[(p.src_host.name, p.src_nic.ifname)]
         t0 = parse_duration(spec["start"]) if "start" in spec else 0.0

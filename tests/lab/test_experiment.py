@@ -29,6 +29,14 @@ BAD = {
     "missing-lab": "name: x\nlab: nowhere.clab.yml\nmodes: [ecmp]\nworkload: {rate: 1Mbps}\n",
     "bad-duration": f"name: x\nlab: {LAB}\nmodes: [ecmp]\nduration: -3\nworkload: {{rate: 1Mbps}}\n",
     "bad-workload-rate": f"name: x\nlab: {LAB}\nmodes: [ecmp]\nworkload: {{rate: fast}}\n",
+    "negative-duration-text": f"name: x\nlab: {LAB}\nmodes: [ecmp]\nduration: -1s\nworkload: {{rate: 1Mbps}}\n",
+    "zero-rate": f"name: x\nlab: {LAB}\nmodes: [ecmp]\n"
+                 "workload: {rate: 0Mbps, pattern: {type: ring-allreduce}}\n",
+    "zero-flow-rate": f"name: x\nlab: {LAB}\nmodes: [ecmp]\nworkload: {{pattern: {{type: flows, flows: "
+                      "[{src: 'srv1:nic0', dst: 'srv2:nic1', rate: 0kpps}]}}}}\n",
+    "zero-size": f"name: x\nlab: {LAB}\nmodes: [ecmp]\n"
+                 "workload: {pattern: {type: all-to-all}, classes: {elephant: {size: 0KiB}}}\n",
+    "directory": None,
     "unknown-key": f"name: x\nlab: {LAB}\nmodes: [ecmp]\nworkload: {{rate: 1Mbps}}\ncolour: red\n",
     "duplicate-label": f"name: x\nlab: {LAB}\nmodes: [ecmp, ecmp]\nworkload: {{rate: 1Mbps}}\n",
     "bad-sweep": f"name: x\nlab: {LAB}\nmodes: [ecmp]\nworkload: {{rate: 1Mbps}}\nsweep: {{seeds: 0}}\n",
@@ -45,7 +53,11 @@ BAD = {
 
 @pytest.mark.parametrize("case", sorted(BAD))
 def test_broken_experiment_says_what_and_deploys_nothing(tmp_path, case):
-    path = _write(tmp_path, BAD[case])
+    if BAD[case] is None:       # a directory where the file should be
+        path = tmp_path / "exp.yml"
+        path.mkdir()
+    else:
+        path = _write(tmp_path, BAD[case])
     proc = railab("run", str(path), check=False)
     assert proc.returncode != 0
     lines = proc.stderr.strip().splitlines()
