@@ -39,6 +39,10 @@ Definitions (``D`` = run["duration_s"]):
   times (completions_us) of all flows, linear interpolation between closest ranks
   (numpy's default); None when no message completed. ``mice_fct_p99_us`` over flows of
   class "mice" only.
+* ``latency_mean_us`` = mean one-way latency (sender timestamp to receiver) over every
+  received packet: the flows' means weighted by their packet counts; ``latency_max_us``
+  the largest of any packet. With real queues they include the queueing delay; None
+  when nothing was received.
 * ``drops`` / ``ecn_marked`` = run["switches"]["drops"] / ["ecn_marked"] (switch
   counters); ``ce_packets`` = sum of the flows' ce (CE-marked packets received).
 * ``messages_completed`` / ``messages_incomplete`` = sums over flows.
@@ -63,7 +67,7 @@ METRIC_KEYS = (
     "max_uplink_util", "idle_uplinks", "idle_leaf_uplinks", "idle_elephant_uplinks",
     "expected_idle_uplinks", "uplinks",
     "loss_packets", "loss_pct", "reorder_pct", "out_of_order", "duplicates", "fct_p50_us",
-    "fct_p99_us", "mice_fct_p99_us", "drops", "ecn_marked", "ce_packets", "messages_completed",
+    "fct_p99_us", "mice_fct_p99_us", "latency_mean_us", "latency_max_us", "drops", "ecn_marked", "ce_packets", "messages_completed",
     "messages_incomplete",
 )
 
@@ -316,6 +320,7 @@ def run_metrics(run: dict) -> dict:
         "fct_p50_us": percentile(fct, 50),
         "fct_p99_us": percentile(fct, 99),
         "mice_fct_p99_us": percentile(mice, 99),
+        **latency_metrics(flows),
         "drops": int(switches.get("drops") or 0),
         "ecn_marked": int(switches.get("ecn_marked") or 0),
         "ce_packets": _sum(flows, "ce"),
@@ -323,6 +328,15 @@ def run_metrics(run: dict) -> dict:
         "messages_incomplete": _sum(flows, "messages_incomplete"),
         **fault_metrics(run),
     }
+
+
+def latency_metrics(flows: list[dict]) -> dict:
+    stats = [f["latency_ns"] for f in flows if (f.get("latency_ns") or {}).get("count")]
+    count = sum(s["count"] for s in stats)
+    if not count:
+        return {"latency_mean_us": None, "latency_max_us": None}
+    return {"latency_mean_us": sum(s["mean"] * s["count"] for s in stats) / count / 1000,
+            "latency_max_us": max(s["max"] for s in stats) / 1000}
 
 
 def fault_metrics(run: dict) -> dict:

@@ -24,6 +24,7 @@ COLUMNS = (
     ("reorder_pct", "reorder", "pct"),
     ("fct_p50_us", "FCT p50", "us"),
     ("fct_p99_us", "FCT p99", "us"),
+    ("latency_mean_us", "latency\nmean", "us"),
     ("drops", "drops", "count"),
     ("ecn_marked", "ECN\nmarks", "count"),
 )

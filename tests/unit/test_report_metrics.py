@@ -98,6 +98,16 @@ def test_goodput_loss_reorder_counts():
     assert met["messages_completed"] == 3 and met["messages_incomplete"] == 1
 
 
+def test_latency_is_weighted_by_packets():
+    flows = [flow(1, latency_ns={"count": 300, "mean": 10_000, "max": 50_000, "min": 1, "p50": 1, "p99": 1}),
+             flow(2, latency_ns={"count": 100, "mean": 50_000, "max": 90_000, "min": 1, "p50": 1, "p99": 1}),
+             flow(3)]                                             # received nothing
+    met = m.run_metrics(run_with([1], flows))
+    assert met["latency_mean_us"] == pytest.approx((300 * 10 + 100 * 50) / 400)
+    assert met["latency_max_us"] == pytest.approx(90)
+    assert m.run_metrics(run_with([1], [flow(1)]))["latency_mean_us"] is None
+
+
 def test_fct_percentiles_over_all_flows():
     flows = [flow(1, completions_us=[float(x) for x in range(1, 51)]),
              flow(2, cls="mice", completions_us=[float(x) for x in range(51, 101)])]
