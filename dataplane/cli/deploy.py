@@ -19,11 +19,9 @@ def run(args) -> int:
     from dataplane.topology.clab import read as load_topology
 
     topo = load_topology(args.file)
-    if args.name:
-        from dataplane.runtime.state import LAB_NAME
-        if not LAB_NAME.match(args.name):
-            raise RuntimeStateError(f"--name {args.name!r}: a lab name is letters, digits, '-', '_' and '.'")
-        topo.name = args.name
+    if args.name is not None:
+        from dataplane.runtime.state import check_lab_name
+        topo.name = check_lab_name(args.name)
     if args.runtime == "containerlab":
         return _containerlab(args.file)
     from dataplane.runtime import labspec, lifecycle

@@ -19,14 +19,13 @@ def run(args) -> int:
     from dataplane.runtime import lifecycle
 
     exp = spec.load(args.experiment)      # every check happens before anything is deployed
-    if args.name:
-        from dataplane.runtime.state import LAB_NAME
-        from dataplane.errors import RuntimeStateError
-        if not LAB_NAME.match(args.name):
-            raise RuntimeStateError(f"--name {args.name!r}: a lab name is letters, digits, '-', '_' and '.'")
+    if args.name is not None:
+        from dataplane.runtime.state import check_lab_name
+        check_lab_name(args.name)
     if args.output:
         from pathlib import Path
         exp.output = Path(args.output)
+    session.check_output(exp.output)
     lifecycle.require_root()
     with session.progress_bar(not args.json and sys.stderr.isatty()) as progress:
         results, folder = session.run(exp, progress, lab_name=args.name)

@@ -7,6 +7,7 @@ table as text. A lab this run deployed is destroyed at the end unless the experi
 from __future__ import annotations
 
 import json
+import os
 import time
 from contextlib import nullcontext
 from pathlib import Path
@@ -98,6 +99,19 @@ def report_view(results: dict) -> dict[str, list[dict]]:
     view = {label: m["runs"] for label, m in results["modes"].items()}
     view.update({label: s["runs"] for label, s in results["sweeps"].items()})
     return view
+
+
+def check_output(folder: Path) -> None:
+    """Make the results folder now, so a bad one is said before anything is deployed."""
+    from dataplane.experiment.spec import ExperimentError
+    if folder.exists() and not folder.is_dir():
+        raise ExperimentError(f"output folder {folder}: is a file, not a folder")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise ExperimentError(f"output folder {folder}: {err.strerror}") from None
+    if not os.access(folder, os.W_OK):
+        raise ExperimentError(f"output folder {folder}: not writable")
 
 
 def write(results: dict, exp: Experiment) -> Path:

@@ -47,13 +47,26 @@ def is_up(lab: str) -> bool:
 
 def deploy(spec: LabSpec) -> DeployResult:
     require_root()
+    try:
+        state.check_lab_name(spec.name)
+    except RuntimeStateError as err:
+        raise RuntimeStateError(f"{err} (deploy it with --name)") from None
     started = time.monotonic()
+    current = state.load(spec.name)
+    if current is not None and current.status == "deploying" and current.deployer_pid \
+            and current.deployer_pid != os.getpid() and _pid_alive(current.deployer_pid):
+        raise RuntimeStateError(f"lab {spec.name} is being deployed by process "
+                                f"{current.deployer_pid}; wait for it, or pick another --name")
     if is_up(spec.name):
+        if current.spec.source and spec.source and \
+                Path(current.spec.source).resolve() != Path(spec.source).resolve():
+            raise RuntimeStateError(f"lab {spec.name} is already deployed from {current.spec.source}; "
+                                    "destroy it first or pick another --name")
         return DeployResult(spec.name, True, 0.0)
     if lab_leftovers(spec.name):
         destroy(spec.name)
 
-    lab_state = state.LabState(spec, "deploying")
+    lab_state = state.LabState(spec, "deploying", deployer_pid=os.getpid())
     lab_state.save()
     agent = None
     interrupted = _InterruptGuard()
@@ -74,9 +87,33 @@ def deploy(spec: LabSpec) -> DeployResult:
             lab_state.status = "up"
             lab_state.save()
     except BaseException:
-        destroy(spec.name)
+        with _signals_held():       # a second Ctrl-C must not stop the cleanup half-way
+            destroy(spec.name)
         raise
     return DeployResult(spec.name, False, time.monotonic() - started)
+
+
+class _signals_held:
+    """Ignore Ctrl-C and SIGTERM for the duration (cleanup that must finish)."""
+
+    def __enter__(self):
+        self.previous = {sig: signal.signal(sig, signal.SIG_IGN) for sig in (signal.SIGINT, signal.SIGTERM)}
+        return self
+
+    def __exit__(self, *exc):
+        for sig, handler in self.previous.items():
+            signal.signal(sig, handler)
+        return False
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 class _InterruptGuard:

@@ -12,15 +12,26 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from dataplane.errors import RuntimeStateError
 from dataplane.runtime.labspec import LabSpec
 
 STATE_ROOT = Path(os.environ.get("RAILAB_STATE_DIR", "/run/railab"))
 BPFFS_ROOT = Path(os.environ.get("RAILAB_BPFFS_DIR", "/sys/fs/bpf/railab"))
-LAB_NAME = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9._-]*$")
+# No '.': bpffs refuses it in pin names (and '.'/'..' would be paths). The length keeps
+# namespace names (railab-<lab>-<node>) well inside what the tools print in full.
+LAB_NAME = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9_-]{0,47}$")
+
+
+def check_lab_name(lab: str) -> str:
+    if not isinstance(lab, str) or not LAB_NAME.match(lab):
+        raise RuntimeStateError(
+            f"lab name {lab!r}: railab lab names are 1-48 letters, digits, '-' and '_' "
+            "(starting with a letter or digit; no '.', which pinned BPF objects cannot hold)")
+    return lab
 
 
 def state_dir(lab: str) -> Path:
-    return STATE_ROOT / lab
+    return STATE_ROOT / check_lab_name(lab)
 
 
 def state_file(lab: str) -> Path:
@@ -28,7 +39,7 @@ def state_file(lab: str) -> Path:
 
 
 def pin_dir(lab: str) -> Path:
-    return BPFFS_ROOT / lab
+    return BPFFS_ROOT / check_lab_name(lab)
 
 
 def agent_socket(lab: str) -> Path:
@@ -44,13 +55,15 @@ class LabState:
     spec: LabSpec
     status: str                  # deploying | up
     agent_pid: int | None = None
+    deployer_pid: int | None = None   # the railab process deploying it (while "deploying")
 
     def save(self) -> None:
         path = state_file(self.spec.name)
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(".tmp")
         tmp.write_text(json.dumps(
-            {"status": self.status, "agent_pid": self.agent_pid, "spec": self.spec.to_json()},
+            {"status": self.status, "agent_pid": self.agent_pid, "deployer_pid": self.deployer_pid,
+             "spec": self.spec.to_json()},
             indent=1,
         ))
         os.replace(tmp, path)
@@ -61,7 +74,8 @@ def load(lab: str) -> LabState | None:
         data = json.loads(state_file(lab).read_text())
     except (FileNotFoundError, json.JSONDecodeError):
         return None
-    return LabState(LabSpec.from_json(data["spec"]), data["status"], data.get("agent_pid"))
+    return LabState(LabSpec.from_json(data["spec"]), data["status"], data.get("agent_pid"),
+                    data.get("deployer_pid"))
 
 
 def known_labs() -> list[str]:
@@ -71,4 +85,4 @@ def known_labs() -> list[str]:
         names.update(p.name for p in STATE_ROOT.iterdir() if p.is_dir())
     if BPFFS_ROOT.is_dir():
         names.update(p.name for p in BPFFS_ROOT.iterdir() if p.is_dir())
-    return sorted(names)
+    return sorted(n for n in names if LAB_NAME.match(n))

@@ -175,15 +175,20 @@ def test_kill_9_after_deploy_then_destroy_removes_programs_and_agent():
     assert _wait_for(lambda: not any(bpf_prog_exists(p) for p in prog_ids), 10), prog_ids
 
 
-def test_ctrl_c_during_deploy_leaves_nothing():
+@pytest.mark.parametrize("second", [None, signal.SIGINT, signal.SIGTERM])
+def test_ctrl_c_during_deploy_leaves_nothing(second):
+    """Also when a second signal arrives while the deploy cleans up after the first."""
     name = unique_name("intr")
-    proc = _start_deploy(name)
+    proc = _start_deploy(name, "dual-plane")
     try:
         assert _wait_for(lambda: state.state_file(name).exists())
         # Let it get into namespace building before the interrupt.
         _wait_for(lambda: any(n.startswith(f"railab-{name}-") for n in os.listdir("/run/netns"))
                   if os.path.isdir("/run/netns") else False, 10)
         proc.send_signal(signal.SIGINT)
+        if second is not None:
+            time.sleep(0.1)
+            proc.send_signal(second)
         proc.wait(timeout=60)
         assert proc.returncode != 0
         assert "Traceback" not in proc.stderr
@@ -195,6 +200,25 @@ def test_ctrl_c_during_deploy_leaves_nothing():
         # Whatever the outcome, the machine is left clean for the next test.
         if leftovers(name):
             railab("destroy", name, check=False)
+
+
+@pytest.mark.parametrize("name", [".", "..", "fz.x", "", "_x", "a" * 49, "a/b"])
+def test_bad_lab_names_touch_nothing(name, lab_factory):
+    spec = lab_factory(shipped("clos2"), prefix="keep")
+    for argv in (("destroy", name), ("deploy", str(shipped("clos2")), f"--name={name}")):
+        proc = railab(*argv, check=False)
+        assert proc.returncode == 2 and "Traceback" not in proc.stderr
+        assert proc.stderr.count("\n") == 1 and "lab" in proc.stderr, proc.stderr
+    assert state.state_file(spec.name).exists() and state.pin_dir(spec.name).exists()
+    assert state.STATE_ROOT.is_dir() and state.BPFFS_ROOT.is_dir()
+
+
+def test_the_same_name_for_another_file_is_refused(lab_factory):
+    spec = lab_factory(shipped("clos2"), prefix="same")
+    proc = railab("deploy", str(shipped("rail-only")), "--name", spec.name, check=False)
+    assert proc.returncode == 2 and "already deployed from" in proc.stderr
+    again = railab("deploy", str(shipped("clos2")), "--name", spec.name)
+    assert "already deployed" in again.stdout
 
 
 def test_probe_reports_failed_pairs_with_the_hop(lab_factory):
