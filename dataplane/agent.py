@@ -38,6 +38,8 @@ from dataplane.runtime.labspec import LabSpec
 PORT_MODEL_DEFAULTS = {"scale": 1 / 40, "buffer_bytes": 32768, "ecn_bytes": 8192,
                        "window_us": 1000.0, "queue": "virtual"}
 QUEUE_KINDS = ("virtual", "real")
+MAX_BUFFER_BYTES = 256 << 20      # a real queue's tbf limit (2 x buffer) must fit 32 bits
+MIN_PORT_BPS = 2000               # the data path keeps picoseconds per byte in 32 bits
 
 
 class SwitchProgrammer:
@@ -103,16 +105,33 @@ class SwitchProgrammer:
                 new[key] = value
             else:
                 new[key] = float(value) if key in ("scale", "window_us") else int(value)
-        if not 0 <= new["scale"] <= 1:
-            raise ValueError("scale must be in [0, 1] (0 = no port model)")
-        if new["queue"] == "real" and new["scale"] == 0:
-            raise ValueError("a real queue needs the port model on (scale > 0)")
+        self._check_port_model(new)
         self.port_model = new
         for node in self.spec.switches:
             with self._queues(node) as queues:
                 for iface in node.interfaces:
                     self._apply_port(iface, queues)
         return dict(new)
+
+    def _check_port_model(self, pm: dict) -> None:
+        """Refuse settings some port could not take, before any port changes."""
+        import math
+        if not (math.isfinite(pm["scale"]) and 0 <= pm["scale"] <= 1):
+            raise ValueError("scale must be in [0, 1] (0 = no port model)")
+        if not (math.isfinite(pm["window_us"]) and 0 < pm["window_us"] <= 4e6):
+            raise ValueError("window_us must be more than 0 and at most 4,000,000 (4 s)")
+        if not 0 < pm["buffer_bytes"] <= MAX_BUFFER_BYTES:
+            raise ValueError(f"buffer_bytes must be between 1 and {MAX_BUFFER_BYTES:,}")
+        if not -1 <= pm["ecn_bytes"] <= MAX_BUFFER_BYTES:
+            raise ValueError("ecn_bytes must be -1 (never mark) or between 0 and the buffer size")
+        if pm["queue"] == "real" and pm["scale"] == 0:
+            raise ValueError("a real queue needs the port model on (scale > 0)")
+        if pm["scale"] > 0:
+            slowest = min(self.speed_override.get(i.ifindex, i.speed_bps) * pm["scale"]
+                          for n in self.spec.switches for i in n.interfaces)
+            if slowest < MIN_PORT_BPS:
+                raise ValueError(f"scale {pm['scale']:g} makes the slowest port {slowest:,.0f} b/s; "
+                                 f"the port model emulates {MIN_PORT_BPS:,} b/s and up")
 
     def _queues(self, node):
         """The real-queue (tc) side of node's ports, or a no-op context if neither the
@@ -155,9 +174,15 @@ class SwitchProgrammer:
         if speed_bps is None:
             self.speed_override.pop(iface.ifindex, None)
         else:
-            if int(speed_bps) <= 0:
-                raise ValueError("speed must be positive")
-            self.speed_override[iface.ifindex] = int(speed_bps)
+            speed_bps = int(speed_bps)
+            if not 0 < speed_bps <= iface.speed_bps:
+                raise ValueError(f"degrade {node.name}:{port}: speed must be more than 0 and at most "
+                                 f"the port's {iface.speed_bps:,} b/s")
+            scale = self.port_model["scale"]
+            if scale and speed_bps * scale < MIN_PORT_BPS:
+                raise ValueError(f"degrade {node.name}:{port}: {speed_bps:,} b/s x the port model's "
+                                 f"scale {scale:g} is below the {MIN_PORT_BPS:,} b/s it emulates")
+            self.speed_override[iface.ifindex] = speed_bps
         with self._queues(node) as queues:
             self._apply_port(iface, queues)
         model = self.dp.port_model(iface.ifindex) or {}
@@ -206,8 +231,9 @@ class SwitchProgrammer:
         nodes = [n for n in self.spec.switches
                  if (switch is None or n.name == switch) and (role is None or n.role == role)]
         if not nodes:
-            raise ValueError(f"no switch matches switch={switch!r} role={role!r}; switches: "
-                             f"{', '.join(f'{n.name} ({n.role})' for n in self.spec.switches)}")
+            known = [f"{n.name} ({n.role})" for n in self.spec.switches]
+            shown = ", ".join(known[:10]) + (f", ... ({len(known) - 10} more)" if len(known) > 10 else "")
+            raise ValueError(f"no switch matches switch={switch!r} role={role!r}; switches: {shown}")
         return nodes
 
     def lb_set(self, switch: str | None = None, role: str | None = None, mode: str | None = None,
@@ -224,6 +250,7 @@ class SwitchProgrammer:
             raise ValueError("give weights or bandwidth, not both")
         if bandwidth and mode is None:
             mode = "wcmp"
+        self._check_lb_request(nodes, switch, seed, weights, lbn)
         changed = []
         for node in nodes:
             by_name = {i.name: i for i in node.interfaces}
@@ -265,6 +292,29 @@ class SwitchProgrammer:
                 changed.append(gid)
         return {"switches": [n.name for n in nodes], "groups": changed}
 
+    def _check_lb_request(self, nodes, switch, seed, weights, lbn) -> None:
+        """Refuse a request that could only be applied in part, before changing anything."""
+        if seed not in (None, "auto") and not 0 <= int(seed) < 2**32:
+            raise ValueError(f"seed {seed} is not between 0 and 2^32-1")
+        names = {i.name for n in nodes for i in n.interfaces}
+        if isinstance(lbn, dict):
+            unknown = sorted(set(lbn) - names)
+            if unknown and switch is not None:
+                raise ValueError(f"{switch} has no interface {', '.join(unknown)}")
+            if any(int(v) < 0 for v in lbn.values()):
+                raise ValueError("LBN values are 0 or more")
+        if isinstance(weights, dict):
+            unknown = sorted(set(weights) - names)
+            if unknown:
+                raise ValueError(f"weights name interfaces the switches do not have: {', '.join(unknown)}")
+        elif weights is not None:
+            sizes = {len(members) for (owner, members) in self.groups
+                     if owner in {n.name for n in nodes}}
+            if len(weights) not in sizes:
+                raise ValueError(f"{len(weights)} weights given; the groups of "
+                                 f"{', '.join(n.name for n in nodes)} have "
+                                 f"{' or '.join(map(str, sorted(sizes)))} members")
+
     def lb_show(self) -> dict:
         out = {"port_model": dict(self.port_model), "switches": {}}
         for node in self.spec.switches:
@@ -294,10 +344,18 @@ class SwitchProgrammer:
         five = {k: flow[k] for k in ("src", "dst")}
         five.update(sport=int(flow.get("sport", 0)), dport=int(flow.get("dport", 0)),
                     proto=flow.get("proto", "udp"))
+        for key in ("sport", "dport"):
+            if not 0 <= five[key] <= 65535:
+                raise ValueError(f"{key} {five[key]} is not a port number (0-65535)")
+        if five["proto"] not in ("udp", "tcp", 6, 17) and (five["sport"] or five["dport"]):
+            raise ValueError(f"protocol {five['proto']} has no ports: leave sport and dport at 0")
         return node, five
 
     def tm_add(self, switch: str, egress: str, **flow) -> dict:
         node, five = self._tm_args(switch, flow)
+        if egress not in {i.name for i in node.interfaces}:
+            raise ValueError(f"{node.name} has no interface {egress!r}; its interfaces: "
+                             f"{', '.join(i.name for i in node.interfaces)}")
         iface = node.interface(egress)
         self.dp.tm_add(node.switch_id, **five, egress_ifindex=iface.ifindex, dmac=iface.peer_mac)
         return {"switch": node.name, **five, "egress": egress}
@@ -341,6 +399,8 @@ class SwitchProgrammer:
                      lambda netns, frame, ifindex: _run_frame(self.dp.prog_fd, netns, frame, ifindex))
 
     def counters(self, switch: str | None = None) -> dict:
+        if switch is not None:
+            self._select(switch, None)      # an unknown switch is an error, not an empty answer
         result: dict = {"switches": {}}
         for node in self.spec.switches:
             if switch and node.name != switch:

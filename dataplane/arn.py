@@ -54,6 +54,7 @@ import collections
 import dataclasses
 import ipaddress
 import logging
+import math
 import os
 import selectors
 import socket
@@ -88,6 +89,8 @@ DEFAULTS = {"notify": True,          # FGLB: tell neighbours about lost paths (l
             "interval_ms": 20.0,     # at most one congestion notice per port per interval
             "poll_ms": 2.0,          # congestion poll period
             "learn": True}           # ARP-to-host-route on host-facing leaf ports
+SETTING_RANGES = {"arn_util": (0.0, 1.0), "arn_queue_bytes": (0, 1 << 30), "hold_ms": (0.0, 3.6e6),
+                  "interval_ms": (0.0, 3.6e6), "poll_ms": (0.1, 10_000.0)}
 
 
 @dataclasses.dataclass
@@ -216,12 +219,17 @@ class FabricMonitor:
             s.close()
 
     def configure(self, **changes) -> dict:
+        new = dict(self.cfg)
         for k, v in changes.items():
             if v is None:
                 continue
-            if k not in self.cfg:
-                raise ValueError(f"unknown ARN setting {k!r}; known: {', '.join(self.cfg)}")
-            self.cfg[k] = type(DEFAULTS[k])(v)
+            if k not in new:
+                raise ValueError(f"unknown ARN setting {k!r}; known: {', '.join(new)}")
+            new[k] = type(DEFAULTS[k])(v)
+        for k, (low, high) in SETTING_RANGES.items():
+            if not (math.isfinite(new[k]) and low <= new[k] <= high):
+                raise ValueError(f"ARN setting {k} = {new[k]!r}: must be between {low:g} and {high:g}")
+        self.cfg = new
         if not self.cfg["arn"]:
             self._drop_congestion_state()
         return dict(self.cfg)

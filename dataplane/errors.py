@@ -17,3 +17,7 @@ class PlanError(RailabError):
 
 class RuntimeStateError(RailabError):
     """A lab that is not in the state the command needs (not deployed, not root, ...)."""
+
+
+class UsageError(RailabError):
+    """A command-line option value that cannot be used."""

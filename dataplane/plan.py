@@ -214,6 +214,9 @@ class FatTreePlan:
         return d
 
 
+MAX_RADIX = 4096
+
+
 def plan_fat_tree(radix: int, tiers: int) -> FatTreePlan:
     """Full non-blocking fat-tree of `radix`-port switches in 2 or 3 tiers."""
     if isinstance(radix, bool) or not isinstance(radix, int):
@@ -225,6 +228,8 @@ def plan_fat_tree(radix: int, tiers: int) -> FatTreePlan:
     if radix % 2:
         raise PlanError(f"radix {radix} is odd: a non-blocking fat-tree switch gives half its "
                         "ports to each side, so K must be even")
+    if radix > MAX_RADIX:
+        raise PlanError(f"radix {radix} is more ports than any switch has (at most {MAX_RADIX})")
     k, half = radix, radix // 2
     if tiers == 2:
         # K leaves x K/2 hosts; every leaf's K/2 uplinks go one to each of K/2 spines,
@@ -473,8 +478,9 @@ def plan_rail_fabric(
         if gpus < 1:
             raise PlanError(f"gpus must be >= 1, got {gpus}")
         if gpus % gps:
+            options = sorted({gpus // gps * gps or gps, (gpus // gps + 1) * gps})
             raise PlanError(f"{gpus} GPUs is not a multiple of {gps} GPUs per server "
-                            f"(nearest: {gpus // gps * gps or gps} or {(gpus // gps + 1) * gps})")
+                            f"(nearest: {' or '.join(map(str, options))})")
         if servers is not None and servers * gps != gpus:
             raise PlanError(f"{gpus} GPUs != {servers} servers x {gps} GPUs per server")
         servers = gpus // gps

@@ -8,24 +8,40 @@ import uuid
 from pathlib import Path
 
 
+def _positive(kind):
+    """argparse type: a finite number above zero (one clear line otherwise)."""
+    import argparse
+    import math
+
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+        if not (math.isfinite(value) and value > 0):
+            raise argparse.ArgumentTypeError(f"{text!r}: must be more than 0")
+        return value
+    return parse
+
+
 def register(sub) -> None:
     p = sub.add_parser("bench", help="run a benchmark and print its table")
     which = p.add_subparsers(dest="bench", metavar="BENCH", required=True)
     d = which.add_parser("deploy", help="deploy/destroy time and peak memory, small and large lab")
-    d.add_argument("--repeat", type=int, default=1)
+    d.add_argument("--repeat", type=_positive(int), default=1)
     d.set_defaults(func=run_deploy)
     dp = which.add_parser("dataplane", help="per-packet cost of each load-balancing mode "
                                             "(BPF_PROG_TEST_RUN), next to a bare redirect")
-    dp.add_argument("--runs", type=int, default=40, help="PROG_TEST_RUN calls per row (median)")
-    dp.add_argument("--repeat", type=int, default=200, help="program runs per call (< 254: TTL)")
+    dp.add_argument("--runs", type=_positive(int), default=40, help="PROG_TEST_RUN calls per row (median)")
+    dp.add_argument("--repeat", type=_positive(int), default=200, help="program runs per call (< 254: TTL)")
     dp.add_argument("--json", action="store_true")
     dp.set_defaults(func=run_dataplane)
     tr = which.add_parser("traffic", help="highest paced send rate of one sender vs trafgen")
-    tr.add_argument("--duration", type=float, default=3.0, help="seconds per measurement")
+    tr.add_argument("--duration", type=_positive(float), default=3.0, help="seconds per measurement")
     tr.add_argument("--json", action="store_true")
     tr.set_defaults(func=run_traffic)
     q = which.add_parser("queue", help="TCP through the virtual and the real queue, slow and fast ports")
-    q.add_argument("--duration", type=float, default=3.0, help="seconds per measurement")
+    q.add_argument("--duration", type=_positive(float), default=3.0, help="seconds per measurement")
     q.add_argument("--json", action="store_true")
     q.set_defaults(func=run_queue)
 
@@ -126,7 +142,8 @@ def run_dataplane(args) -> int:
 
     lifecycle.require_root()
     if not 1 <= args.repeat < 254:
-        raise SystemExit("--repeat must be 1..253 (the frame's TTL starts at 255)")
+        from dataplane.errors import UsageError
+        raise UsageError("--repeat must be 1..253 (the frame's TTL starts at 255)")
     ns = f"railab-bench-{os.getpid()}"
     ports = [301, 302, 303, 304, 305]
     subprocess.run(["ip", "netns", "add", ns], check=True)

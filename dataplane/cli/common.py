@@ -15,7 +15,7 @@ def load_lab(lab: str) -> state.LabState:
 def single_lab(lab: str | None) -> str:
     """The lab a command means: the one named, or the only one deployed."""
     if lab:
-        return lab
+        return state.check_lab_name(lab)
     labs = state.known_labs()
     if len(labs) == 1:
         return labs[0]

@@ -38,10 +38,12 @@ def register(sub) -> None:
     s = which.add_parser("status", help="active faults, notification counters, exclusions")
     s.add_argument("--json", action="store_true")
     s = which.add_parser("arn", help="configure FGLB link-down notices and ARN on congestion")
-    s.add_argument("--on", dest="arn", action="store_true", default=None)
-    s.add_argument("--off", dest="arn", action="store_false")
-    s.add_argument("--notify", dest="notify", action="store_true", default=None)
-    s.add_argument("--no-notify", dest="notify", action="store_false")
+    onoff = s.add_mutually_exclusive_group()
+    onoff.add_argument("--on", dest="arn", action="store_true", default=None)
+    onoff.add_argument("--off", dest="arn", action="store_false")
+    notify = s.add_mutually_exclusive_group()
+    notify.add_argument("--notify", dest="notify", action="store_true", default=None)
+    notify.add_argument("--no-notify", dest="notify", action="store_false")
     s.add_argument("--util", type=float, dest="arn_util", help="utilisation limit 0..1")
     s.add_argument("--queue-bytes", type=int, dest="arn_queue_bytes")
     s.add_argument("--hold-ms", type=float)
@@ -61,8 +63,10 @@ def run(args) -> int:
 
 def _run(args) -> int:
     from dataplane import faults
+    from dataplane.cli.common import load_lab
     cmd = args.fault_cmd
     lab = args.lab
+    load_lab(lab)
     if cmd == "status":
         st = faults.status(lab)
         if args.json:

@@ -6,6 +6,7 @@ import json
 
 from dataplane import bpf_abi as abi
 from dataplane.cli.common import single_lab
+from dataplane.errors import UsageError
 
 
 def register(sub) -> None:
@@ -47,28 +48,52 @@ def register(sub) -> None:
     sh.set_defaults(func=run_show)
 
 
-def _kv_or_list(text: str | None, conv=float):
+def _kv_or_list(option: str, text: str | None, conv=float):
     if text is None or text == "auto":
         return text
-    if "=" in text:
-        return {k: conv(v) for k, v in (item.split("=", 1) for item in text.split(",") if item)}
-    return [conv(v) for v in text.split(",") if v]
+    try:
+        if "=" in text:
+            return {k: conv(v) for k, v in (item.split("=", 1) for item in text.split(",") if item)}
+        return [conv(v) for v in text.split(",") if v]
+    except ValueError:
+        kind = "integers" if conv is int else "numbers"
+        raise UsageError(f"{option} {text!r}: values must be {kind}") from None
+
+
+def _seed(text: str | None):
+    if text is None or text == "auto":
+        return text
+    try:
+        seed = int(text, 0)
+    except ValueError:
+        raise UsageError(f"--seed {text!r}: an integer (0 .. 2^32-1) or 'auto'") from None
+    if not 0 <= seed < 2**32:
+        raise UsageError(f"--seed {text!r}: must be between 0 and 2^32-1")
+    return seed
 
 
 def run_set(args) -> int:
-    from dataplane.lb import Fabric
+    from dataplane.lb import Fabric, expand_hash_fields
 
     lab = single_lab(args.lab)
-    seed = args.seed
-    if seed is not None and seed != "auto":
-        seed = int(seed, 0)
-    lbn = _kv_or_list(args.lbn, int)
+    seed = _seed(args.seed)
+    lbn = _kv_or_list("--lbn", args.lbn, int)
     if isinstance(lbn, list):
-        raise SystemExit("railab lb set: --lbn takes 'auto' or IFACE=VALUE pairs")
+        raise UsageError("--lbn takes 'auto' or IFACE=VALUE pairs")
+    if isinstance(lbn, dict) and any(v < 0 for v in lbn.values()):
+        raise UsageError(f"--lbn {args.lbn!r}: LBN values are 0 or more")
+    weights = _kv_or_list("--weights", args.weights)
+    if weights is not None and args.mode not in (None, "wcmp"):
+        raise UsageError(f"--weights applies to --mode wcmp, not {args.mode}")
+    if args.hash_fields is not None:
+        try:
+            expand_hash_fields(args.hash_fields)
+        except ValueError as err:
+            raise UsageError(f"--hash-fields: {err}") from None
     result = Fabric(lab).set_mode(args.mode, switch=args.switch, role=args.role, seed=seed,
                                   hash_fields=args.hash_fields, flowlet_timeout_us=args.flowlet_timeout_us,
                                   busy_util=args.busy_util, busy_timeout_us=args.busy_timeout_us,
-                                  weights=_kv_or_list(args.weights), bandwidth=args.bandwidth, lbn=lbn)
+                                  weights=weights, bandwidth=args.bandwidth, lbn=lbn)
     if args.json:
         print(json.dumps(result, indent=2))
     else:

@@ -14,8 +14,17 @@ from dataplane.errors import RailabError
 VERB_MODULES = ("topo", "plan", "deploy", "destroy", "inspect", "exec_", "probe", "counters", "bench", "lb", "tm", "top", "run", "fault")
 
 
+class _OneLineParser(argparse.ArgumentParser):
+    """Option errors as one line naming the command, like every other railab error
+    (`railab VERB --help` shows the usage)."""
+
+    def error(self, message: str):
+        sys.stderr.write(f"railab: error: {self.prog}: {message} (see {self.prog} --help)\n")
+        sys.exit(2)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _OneLineParser(
         prog="railab",
         description="Virtual AI-cluster fabrics on network namespaces with XDP switches.",
     )

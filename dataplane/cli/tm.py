@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 from dataplane.cli.common import single_lab
+from dataplane.errors import UsageError
 
 
 def register(sub) -> None:
@@ -47,8 +48,11 @@ def run_del(args) -> int:
     from dataplane.lb import Fabric
     lab = single_lab(args.lab)
     found = Fabric(lab).tm_del(args.switch, **_flow(args))
-    print(f"lab {lab}: entry {'deleted' if found else 'not found'}")
-    return 0 if found else 1
+    if not found:
+        raise UsageError(f"lab {lab}: {args.switch} has no traffic-matrix entry "
+                         f"{args.src}:{args.sport} -> {args.dst}:{args.dport} {args.proto}")
+    print(f"lab {lab}: entry deleted")
+    return 0
 
 
 def run_list(args) -> int:

@@ -224,11 +224,17 @@ def poll(lab: str, switch: str | None = None) -> tuple[dict, float]:
 def run(args) -> int:
     from rich.console import Console
 
-    if args.interval <= 0:
-        from dataplane.errors import RailabError
-        raise RailabError(f"--interval {args.interval}: must be more than 0 seconds")
+    import math
+
+    from dataplane.errors import UsageError
+    if not (math.isfinite(args.interval) and 0 < args.interval <= 3600):
+        raise UsageError(f"--interval {args.interval}: must be more than 0 and at most 3600 seconds")
+    if args.limit is not None and args.limit < 1:
+        raise UsageError(f"--limit {args.limit}: must be 1 or more")
     lab = single_lab(args.lab)
     spec = load_lab(lab).spec
+    if args.switch is not None and args.switch not in {n.name for n in spec.switches}:
+        raise UsageError(f"--switch {args.switch!r}: lab {lab} has no such switch")
     console = Console()
     prev, t_prev = poll(lab, args.switch)
     if args.once:

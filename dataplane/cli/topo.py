@@ -63,7 +63,9 @@ def run_gen(args: argparse.Namespace) -> int:
 
 
 def run_check(args: argparse.Namespace) -> int:
+    from dataplane.topology.addressing import plan_addresses
     loaded = clab.load(args.file)
+    plan_addresses(loaded.topology)      # what deploy would refuse, check refuses too
     for warning in loaded.warnings:
         print(f"railab: warning: {warning}", file=sys.stderr)
     report = summary(loaded, args.file)

@@ -84,7 +84,19 @@ def plan_addresses(topo: Topology) -> AddressPlan:
     _assign_given(topo, plan)
     _assign_access(topo, plan)
     _assign_fabric(topo, plan)
+    _check_unique(topo, plan)
     return plan
+
+
+def _check_unique(topo: Topology, plan: AddressPlan) -> None:
+    """A host's address is its own: no other node may have it (the ports of a dual-plane
+    NIC share their host's address, and the leaves of one segment share the gateway)."""
+    owner: dict = {}
+    for endpoint, iface in sorted(plan.by_endpoint.items(), key=lambda kv: str(kv[0])):
+        first = owner.setdefault(iface.ip, endpoint)
+        hosts = {n for n in (first.node, endpoint.node) if topo.nodes[n].role is Role.HOST}
+        if first.node != endpoint.node and hosts:
+            raise TopologyError(f"address {iface.ip} is on both {first} and {endpoint}")
 
 
 def _assign_given(topo: Topology, plan: AddressPlan) -> None:

@@ -59,9 +59,13 @@ def flag(param: str) -> str:
     return "--" + param.replace("_", "-")
 
 
+MIN_SPEED = 1_000_000               # 1M
+MAX_SPEED = 100_000_000_000_000     # 100T
+
+
 def parse_speed(text: object, what: str = "--speed") -> int:
     """'400G' -> 400_000_000_000 bits/s. Accepts K/M/G/T suffixes, optional 'bps', or a number."""
-    if isinstance(text, int) and not isinstance(text, bool) and text > 0:
+    if isinstance(text, int) and not isinstance(text, bool) and MIN_SPEED <= text <= MAX_SPEED:
         return text
     match = _SPEED_RE.match(str(text))
     if not match:
@@ -69,6 +73,9 @@ def parse_speed(text: object, what: str = "--speed") -> int:
     bps = Fraction(match.group(1)) * _SPEED_UNITS[match.group(2).upper()]
     if bps <= 0 or bps.denominator != 1:
         raise TopologyError(f"{what} {text!r} is not a whole, positive number of bits/s")
+    if not MIN_SPEED <= bps <= MAX_SPEED:
+        raise TopologyError(f"{what} {text!r} is outside the port speeds railab models "
+                            f"({format_speed(MIN_SPEED)} to {format_speed(MAX_SPEED)})")
     return int(bps)
 
 

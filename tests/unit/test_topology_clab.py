@@ -305,3 +305,14 @@ def test_a_wrong_section_type_is_named_not_printed():
     text = _lab(LEAF_SPINE_NODES, "    a: {endpoints: ['h1:eth1', 'leaf1:e1-1']}\n")
     with pytest.raises(TopologyError, match=r"topology.links: must be a list, not a mapping$"):
         clab.parse(text, "t.yml")
+
+
+def test_two_hosts_with_one_address_are_refused():
+    links = LEAF_SPINE_LINKS.replace('- endpoints: ["h1:eth1", "leaf1:e1-1"]',
+                                     '- {endpoints: ["h1:eth1", "leaf1:e1-1"], ipv4: ["10.9.0.2/24", "10.9.0.1/24"]}')
+    links = links.replace('- endpoints: ["h2:eth1", "leaf2:e1-1"]',
+                          '- {endpoints: ["h2:eth1", "leaf2:e1-1"], ipv4: ["10.9.0.2/24", "10.9.0.1/24"]}')
+    topo = clab.parse(_lab(LEAF_SPINE_NODES, links)).topology
+    from dataplane.topology.addressing import plan_addresses
+    with pytest.raises(TopologyError, match=r"address 10.9.0.2 is on both h1:eth1 and h2:eth1"):
+        plan_addresses(topo)
