@@ -176,6 +176,7 @@ def load(path: str | Path) -> Experiment:
             raise ExperimentError(f"{source}: modes: {label} appears twice (give each a distinct label)")
         seen.add(label)
         modes.append(ModeSpec(mode, label, entry))
+    _check_mode_targets(source, lab_file, modes)
     sweep = doc.get("sweep")
     if sweep is not None:
         sweep = {"mode": "ecmp", "first_seed": 1, **sweep}
@@ -193,6 +194,34 @@ def load(path: str | Path) -> Experiment:
                       events, sample_s)
 
 
+def _check_mode_targets(source: Path, lab_file: Path, modes: list[ModeSpec]) -> None:
+    """A mode's switch exists, its seed fits, its weights fit its groups: checked on the
+    lab's plan, before anything is deployed."""
+    if not any(m.options.get("switch") or m.options.get("weights") is not None
+               or m.options.get("seed") is not None for m in modes):
+        return
+    from dataplane.runtime import labspec
+    from dataplane.topology import clab
+
+    spec = labspec.build(clab.read(lab_file), str(lab_file))
+    roles = {n.name: n.role for n in spec.switches}
+    for m in modes:
+        where = f"{source}: modes: {m.label}"
+        switch, role = m.options.get("switch"), m.options.get("role")
+        if switch is not None and switch not in roles:
+            raise ExperimentError(f"{where}: switch: {switch!r} is not a switch of the lab")
+        seed = m.options.get("seed")
+        if seed is not None and seed != "auto" and not (isinstance(seed, int) and 0 <= seed < 2**32):
+            raise ExperimentError(f"{where}: seed: {seed!r} is not 'auto' or an integer 0 .. 2^32-1")
+        weights = m.options.get("weights")
+        if isinstance(weights, list):
+            targets = [n for n in roles if (switch is None or n == switch) and (role is None or roles[n] == role)]
+            sizes = {len(r.nexthops) for n in targets for r in spec.routes.get(n, [])}
+            if len(weights) not in sizes:
+                raise ExperimentError(f"{where}: weights: {len(weights)} given; the groups there have "
+                                      f"{' or '.join(map(str, sorted(sizes))) or 'no'} members")
+
+
 _EVENT_NEEDS = {"link-down": ("a",), "link-up": ("a",), "switch-down": ("switch",),
                 "switch-up": ("switch",), "plane-down": ("plane",), "plane-up": ("plane",),
                 "degrade": ("port", "speed"), "restore": ("port",)}
@@ -202,11 +231,14 @@ def _check_events(source: Path, lab_file: Path, events: list[dict], duration: fl
     """Events name real endpoints, switches and planes of the lab, inside the run."""
     if not events:
         return []
+    from dataplane.faults import parse_speed
     from dataplane.topology import clab
 
     topo = clab.read(lab_file)
     endpoints = {f"{l.a.node}:{l.a.interface}" for l in topo.links} | \
                 {f"{l.b.node}:{l.b.interface}" for l in topo.links}
+    pairs = {frozenset((f"{l.a.node}:{l.a.interface}", f"{l.b.node}:{l.b.interface}")) for l in topo.links}
+    speeds = {f"{e.node}:{e.interface}": l.speed_bps for l in topo.links for e in (l.a, l.b)}
     switches = {n.name for n in topo.switches}
     planes = set(topo.planes())
     for i, event in enumerate(events):
@@ -219,6 +251,18 @@ def _check_events(source: Path, lab_file: Path, events: list[dict], duration: fl
                 raise ExperimentError(f"{where}: {key}: {event[key]!r} is not an interface of the lab (node:interface)")
         if "switch" in event and event["switch"] not in switches:
             raise ExperimentError(f"{where}: switch: {event['switch']!r} is not a switch of the lab")
+        if "a" in event and "b" in event and \
+                frozenset((event["a"], event["b"])) not in pairs:
+            raise ExperimentError(f"{where}: {event['a']} and {event['b']} are not the two ends of a link")
+        if event["fault"] in ("degrade",):
+            try:
+                speed = parse_speed(event["speed"])
+            except ValueError as err:
+                raise ExperimentError(f"{where}: speed: {err}") from None
+            nominal = speeds[event["port"]]
+            if not 0 < speed <= nominal:
+                raise ExperimentError(f"{where}: speed: {event['speed']!r} must be more than 0 and at "
+                                      f"most the port's {nominal / 1e9:g}G")
         if "plane" in event and event["plane"] not in planes:
             raise ExperimentError(f"{where}: plane: the lab has no plane {event['plane']} (planes: {sorted(planes) or 'none'})")
         if event["at"] >= duration:
