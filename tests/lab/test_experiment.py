@@ -21,6 +21,9 @@ def _write(tmp_path: Path, text: str, name: str = "exp.yml") -> Path:
 
 
 LAB = (ROOT / "labs" / "rail-optimized" / "rail-optimized.clab.yml").as_posix()
+WL = "{rate: 1Mbps, pattern: {type: all-to-all}}"      # a valid workload
+SAYS = {"event-not-a-link": "not the two ends of a link", "event-bad-speed": "speed",
+        "mode-unknown-switch": "'nope' is not a switch", "mode-weights-misfit": "2 given"}
 BAD = {
     "not-yaml": "name: [unclosed\n",
     "not-mapping": "- just\n- a list\n",
@@ -37,6 +40,12 @@ BAD = {
     "zero-size": f"name: x\nlab: {LAB}\nmodes: [ecmp]\n"
                  "workload: {pattern: {type: all-to-all}, classes: {elephant: {size: 0KiB}}}\n",
     "directory": None,
+    "event-not-a-link": f"name: x\nlab: {LAB}\nmodes: [ecmp]\nworkload: {WL}\n"
+                        "events: [{at: 1, fault: link-down, a: 'srv1:nic0', b: 'srv2:nic0'}]\n",
+    "event-bad-speed": f"name: x\nlab: {LAB}\nmodes: [ecmp]\nworkload: {WL}\n"
+                       "events: [{at: 1, fault: degrade, port: 'spine1:down1', speed: fast}]\n",
+    "mode-unknown-switch": f"name: x\nlab: {LAB}\nmodes: [{{mode: ecmp, switch: nope}}]\nworkload: {WL}\n",
+    "mode-weights-misfit": f"name: x\nlab: {LAB}\nmodes: [{{mode: wcmp, weights: [1, 2]}}]\nworkload: {WL}\n",
     "unknown-key": f"name: x\nlab: {LAB}\nmodes: [ecmp]\nworkload: {{rate: 1Mbps}}\ncolour: red\n",
     "duplicate-label": f"name: x\nlab: {LAB}\nmodes: [ecmp, ecmp]\nworkload: {{rate: 1Mbps}}\n",
     "bad-sweep": f"name: x\nlab: {LAB}\nmodes: [ecmp]\nworkload: {{rate: 1Mbps}}\nsweep: {{seeds: 0}}\n",
@@ -63,6 +72,7 @@ def test_broken_experiment_says_what_and_deploys_nothing(tmp_path, case):
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1, proc.stderr
     assert "Traceback" not in proc.stderr and str(path) in lines[0]
+    assert SAYS.get(case, "") in lines[0]
     # The experiments above are all named x and point at the rail-optimized lab.
     assert not [n for n in rt.list_netns() if n.startswith(("railab-x-", "railab-rail-optimized-"))]
 
