@@ -35,13 +35,20 @@ def run(args) -> int:
     lab_state = load_lab(single_lab(args.lab))
     data = describe(lab_state.spec)
     data["status"] = lab_state.status
+    if lab_state.status == "up":
+        from dataplane.runtime import lifecycle
+        if not lifecycle.is_up(lab_state.spec.name):   # the agent died or namespaces went
+            data["status"] = "broken"
     if args.json:
         print(json.dumps(data, indent=2))
         return 0
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title=f"lab {data['name']} ({data['status']})")
+    title = f"lab {data['name']} ({data['status']})"
+    if data["status"] == "broken":
+        title += f": its agent or namespaces are gone; railab destroy {data['name']}"
+    table = Table(title=title)
     for column in ("node", "role", "netns", "interface", "address", "peer"):
         table.add_column(column)
     for node in data["nodes"]:

@@ -164,7 +164,12 @@ def test_kill_9_after_deploy_then_destroy_removes_programs_and_agent():
         prog_ids = {i for sw in spec.switches for i in xdp_prog_ids_in(sw.netns)}
         assert prog_ids
         # The agent is the lab's long-lived process; kill it like a crash would.
-        os.kill(state.load(name).agent_pid, signal.SIGKILL)
+        agent = state.load(name).agent_pid
+        os.kill(agent, signal.SIGKILL)
+        assert _wait_for(lambda: not os.path.exists(f"/proc/{agent}/cmdline")
+                         or not open(f"/proc/{agent}/cmdline", "rb").read(), 10)
+        shown = json.loads(railab("inspect", name, "--json").stdout)
+        assert shown["status"] == "broken"     # not "up" with nobody serving it
     finally:
         if proc.poll() is None:
             proc.kill()
