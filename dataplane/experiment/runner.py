@@ -222,10 +222,36 @@ def _on_failed(spec: LabSpec, path: dict, events: list[dict]) -> bool:
                if e["fault"] in ("link-down", "switch-down", "plane-down", "degrade"))
 
 
+def pxn_relay(spec: LabSpec, flows: list[wl.Flow]) -> list[wl.Flow]:
+    """Flows whose destination the source NIC's own fabric cannot reach (rail-only:
+    another rail) leave from the source server's NIC that can, as PXN does: the data
+    crosses to that GPU over NVLink (in-host) and its NIC sends it. The senders use raw
+    sockets on a fixed port, so the host's relay routes (which do this for the kernel's
+    own traffic) are applied here."""
+    import dataclasses
+    from ipaddress import IPv4Address, IPv4Network
+
+    out = []
+    for flow in flows:
+        nics = spec.host_nics.get(flow.src_host, [])
+        mine = next((n for n in nics if flow.src_ifname in n.ports), None)
+        relay = None
+        if mine is not None and flow.dst_ip:
+            dst = IPv4Address(flow.dst_ip)
+            relay = next((nics[i] for seg, i in mine.relay.items() if dst in IPv4Network(seg)), None)
+        if relay is None or relay is mine:
+            out.append(flow)
+            continue
+        out.append(dataclasses.replace(flow, src_ifname=relay.ports[0],
+                                       src_ip=str(IPv4Interface(relay.address).ip)))
+    return out
+
+
 def run_once(spec: LabSpec, experiment: Experiment, flows: list[wl.Flow], label: str,
              seed: int | None, mode: str | None = None) -> dict:
     fabric = Fabric(spec.name)
     by_name = {n.name: n for n in spec.nodes}
+    flows = pxn_relay(spec, flows)
     senders: dict[str, list[dict]] = {}
     for i, flow in enumerate(flows):
         ports = _ports_of_nic(spec, flow.src_host, flow.src_ifname)

@@ -58,6 +58,10 @@ def run_send(args) -> int:
     threads = []
 
     sockets = {port: tx.open_tx_socket(port, args.netns) for port in by_port}
+    # Frames are built before "ready": building thousands of flows' templates takes a
+    # while, and must not eat into the run after "go".
+    prepared = {port: tx.prepare_flows(flows, tx.socket_mac(sockets[port]), plan["gateway_mac"][port])
+                for port, flows in by_port.items()}
     print("ready", flush=True)
     if sys.stdin.readline().strip() != "go":
         return 1
@@ -65,8 +69,7 @@ def run_send(args) -> int:
     def send(port: str, flows: list[Flow]) -> None:
         sock = sockets[port]
         try:
-            rep = tx.send_flows(sock, flows, dst_mac=plan["gateway_mac"][port],
-                                duration_s=args.duration)
+            rep = tx.send_flows(sock, prepared[port], duration_s=args.duration)
             reports[port] = rep.to_dict()
         finally:
             sock.close()

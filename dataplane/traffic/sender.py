@@ -369,8 +369,26 @@ class FlowFramer:
                 seq += 1
 
 
+@dataclass
+class PreparedFlows:
+    """Flows with their frame templates built (scapy: the slow part), ready to send."""
+    flows: Sequence
+    framers: list                  # per flow: (FlowFramer, packet iterator, first packet) or None
+
+
+def prepare_flows(flows: Sequence, src_mac: str,
+                  dst_mac: str | Callable[[object], str] = "ff:ff:ff:ff:ff:ff") -> PreparedFlows:
+    framers = []
+    for f in flows:
+        fr = FlowFramer(f, src_mac, dst_mac(f) if callable(dst_mac) else dst_mac)
+        it = fr.packets()
+        first = next(it, None)
+        framers.append(None if first is None else (fr, it, first))
+    return PreparedFlows(flows, framers)
+
+
 @_fine_timed
-def send_flows(sock: socket.socket, flows: Sequence, *,
+def send_flows(sock: socket.socket, flows: Sequence | PreparedFlows, *,
                dst_mac: str | Callable[[object], str] = "ff:ff:ff:ff:ff:ff",
                src_mac: str | None = None, duration_s: float | None = None,
                burst: int = 8, burst_ns: int = 20_000_000, spin_ns: int = 30_000,
@@ -378,21 +396,21 @@ def send_flows(sock: socket.socket, flows: Sequence, *,
     """Send workload `flows` (all leaving the interface `sock` is bound to), each paced
     at its own rate_bps and starting its messages no earlier than their start times
     (relative to the call). One GCRA bucket per flow, a heap picks the flow due next.
+    Give PreparedFlows (prepare_flows) to build the frames before the clock starts.
     Returns the report with per-flow packet counts (give them to Receiver.finish)."""
-    src_mac = src_mac or socket_mac(sock)
+    if not isinstance(flows, PreparedFlows):
+        flows = prepare_flows(flows, src_mac or socket_mac(sock), dst_mac)
+    prepared, flows = flows, flows.flows
     now_ns = time.monotonic_ns
     start = now_ns()
     end = start + int(duration_s * 1e9) if duration_s else None
     heap: list[tuple[int, int]] = []
     state = []
-    for i, f in enumerate(flows):
-        dm = dst_mac(f) if callable(dst_mac) else dst_mac
-        fr = FlowFramer(f, src_mac, dm)
-        it = fr.packets()
-        first = next(it, None)
-        if first is None:
+    for i, (f, ready) in enumerate(zip(flows, prepared.framers)):
+        if ready is None:
             state.append(None)
             continue
+        fr, it, first = ready
         state.append([f, fr, it, first, start + first[0], 0, {}])  # last: msg start ts
         heapq.heappush(heap, (start + first[0], i))
     rep = SendReport(per_flow_packets={f.flow_id: 0 for f in flows})
