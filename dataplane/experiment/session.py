@@ -56,9 +56,10 @@ def run(exp: Experiment, progress=None, lab_name: str | None = None) -> tuple[di
         lifecycle.deploy(spec)
     else:
         spec = state.load(spec.name).spec
+    fabric = Fabric(spec.name)
+    found_model = fabric.show()["port_model"]
     try:
-        fabric = Fabric(spec.name)
-        fabric.set_port_model(**experiment_port_model(exp.port_model, fabric.show()["port_model"]))
+        fabric.set_port_model(**experiment_port_model(exp.port_model, found_model))
         flows = wl.generate(exp.workload, runner.workload_hosts(spec))
         advance(f"{len(flows)} flows")
         results: dict = {
@@ -85,11 +86,13 @@ def run(exp: Experiment, progress=None, lab_name: str | None = None) -> tuple[di
             results["sweeps"][mode.label] = {"mode": mode.mode, "runs": runs,
                                              "summary": metrics.mode_summary(runs),
                                              "idle_uplinks": metrics.idle_summary(runs)}
-        # Leave the lab's load balancing as the experiment found it.
-        fabric.set_mode("ecmp", seed="auto")
     finally:
         if deployed_here and not exp.reuse_lab:
             lifecycle.destroy(spec.name)
+        elif lifecycle.is_up(spec.name):
+            # Leave the lab's load balancing and ports as the experiment found them.
+            fabric.set_mode("ecmp", seed="auto")
+            fabric.set_port_model(**found_model)
     folder = write(results, exp)
     return results, folder
 

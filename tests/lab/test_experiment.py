@@ -7,9 +7,10 @@ from pathlib import Path
 
 import pytest
 
+from dataplane.lb import Fabric
 from dataplane.runtime import netns as rt
 
-from .conftest import ROOT, leftovers, railab, unique_name
+from .conftest import ROOT, leftovers, railab, shipped, unique_name
 
 EXPERIMENTS = ROOT / "experiments"
 
@@ -138,3 +139,18 @@ def test_scheduled_link_failure_is_reported_per_flow(tmp_path):
         (step.startswith("spine1:") and step.endswith(">down1"))  # noqa: E731 (either direction)
     assert all(any(crosses(step) for step in f["path"]) for f in hit)
     assert not any(any(crosses(step) for step in f["path"]) for f in run["flows"] if not f["on_failed_element"])
+
+
+def test_an_experiment_on_a_deployed_lab_leaves_it_as_it_found_it(lab_factory, tmp_path):
+    spec = lab_factory(shipped("clos2"), prefix="reuse")
+    fabric = Fabric(spec.name)
+    fabric.set_port_model(scale=0.001, buffer_bytes=20000)
+    before = fabric.show()
+    path = _write(tmp_path, f"name: reuse\nlab: {shipped('clos2').as_posix()}\nduration: 0.3s\n"
+                            "modes: [spray-rr]\nworkload: {rate: 1Mbps, pattern: {type: all-to-all}}\n"
+                            "port_model: {scale: 0.00001}\n")
+    proc = railab("run", str(path), "--json", "--output", str(tmp_path), "--name", spec.name, timeout=300)
+    assert json.loads(proc.stdout)["port_model"]["queue"] == "real"
+    after = fabric.show()
+    assert after["port_model"] == before["port_model"]          # virtual queue, scale 0.001
+    assert {g["mode"] for sw in after["switches"].values() for g in sw["groups"].values()} == {"ecmp"}
