@@ -222,19 +222,28 @@ def run_dataplane(args) -> int:
     return 0
 
 
-def run_traffic(args) -> int:
+def _measure(args, measure):
+    """Run a root benchmark; its result, or None once printed as JSON (--json)."""
     import json
 
+    from dataplane.runtime import lifecycle
+
+    lifecycle.require_root()
+    result = measure(duration_s=args.duration)
+    if args.json:
+        print(json.dumps(result, indent=2))
+        return None
+    return result
+
+
+def run_traffic(args) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    from dataplane.runtime import lifecycle
     from dataplane.traffic.bench import bench_traffic
 
-    lifecycle.require_root()
-    result = bench_traffic(duration_s=args.duration)
-    if args.json:
-        print(json.dumps(result, indent=2))
+    result = _measure(args, bench_traffic)
+    if result is None:
         return 0
     table = Table(title=f"railab bench traffic ({result['frame_bytes']}-byte RoCEv2 frames, one veth, one core)")
     table.add_column("sender")
@@ -251,18 +260,13 @@ def run_traffic(args) -> int:
 
 
 def run_queue(args) -> int:
-    import json
-
     from rich.console import Console
     from rich.table import Table
 
-    from dataplane.runtime import lifecycle
     from dataplane.traffic.queuebench import bench_queue
 
-    lifecycle.require_root()
-    rows = bench_queue(duration_s=args.duration)
-    if args.json:
-        print(json.dumps(rows, indent=2))
+    rows = _measure(args, bench_queue)
+    if rows is None:
         return 0
     table = Table(title="railab bench queue (iperf3 TCP, leaf -> spine -> leaf, clos2 lab)")
     for col in ("port speed", "queue", "TCP goodput", "of the port"):
