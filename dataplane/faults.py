@@ -226,6 +226,12 @@ def _switches_up(lab: str, names: list[str], fault: str) -> dict:
     spec = _spec(lab)
     nodes = _switches(spec, names)
     data = _load(lab)
+    # Only switches that a switch-down took down come back (and lose their run-time
+    # state, as after a reboot); bringing up a switch that is up changes nothing.
+    nodes = [n for n in nodes if n.name in data["switches_down"]]
+    if not nodes:
+        return {"fault": fault, "switches": [], "reset": {}, "t_ns": time.monotonic_ns(),
+                "note": "already up"}
     reset = {}
     for n in nodes:   # a switch comes back without run-time state (as after a reboot)
         reset[n.name] = _req(lab, "switch_reset", switch=n.name)
