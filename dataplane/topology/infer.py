@@ -41,6 +41,9 @@ SWITCH_KINDS = frozenset({
     "juniper_cjunosevolved", "cjunosevolved", "cumulus_cvx", "cvx", "nvidia_cumulusvx",
     "aruba_aoscx", "ipinfusion_ocnos", "huawei_vrp", "mikrotik_ros", "vr-ros",
     "vyosnetworks_vyos", "arrcus_arcos", "6wind_vsr", "ciena_saos", "rare", "fdio_vpp", "openwrt",
+    # containerlab's bridges join the nodes cabled to them into one segment; railab
+    # emulates one as a switch of its own (a leaf when hosts hang off it)
+    "bridge", "ovs-bridge",
 })
 SWITCH_KIND_PREFIXES = ("nokia_", "arista_", "cisco_", "juniper_", "vr-", "sonic", "dell_",
                         "cumulus", "nvidia_", "aruba_", "huawei_", "ipinfusion_", "arrcus_",
@@ -48,8 +51,6 @@ SWITCH_KIND_PREFIXES = ("nokia_", "arista_", "cisco_", "juniper_", "vr-", "sonic
 # Kinds railab cannot emulate, with the reason given to the user. Checked before the prefixes
 # (cisco_asav is not a switch even though cisco_ is a switch vendor prefix).
 NOT_EMULATED = {
-    "bridge": "a Linux bridge on the lab's host machine",
-    "ovs-bridge": "an Open vSwitch bridge on the lab's host machine",
     "host": "the lab's host machine itself",
     "ext-container": "a container that lives outside the lab",
     "k8s-kind": "a Kubernetes-in-Docker cluster",

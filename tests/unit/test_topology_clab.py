@@ -316,3 +316,10 @@ def test_two_hosts_with_one_address_are_refused():
     from dataplane.topology.addressing import plan_addresses
     with pytest.raises(TopologyError, match=r"address 10.9.0.2 is on both h1:eth1 and h2:eth1"):
         plan_addresses(topo)
+
+
+def test_bridges_are_switches():
+    nodes = LEAF_SPINE_NODES.replace("leaf2: {kind: nokia_srlinux}", "leaf2: {kind: bridge}")
+    nodes = nodes.replace("spine1: {kind: nokia_srlinux}", "spine1: {kind: ovs-bridge}")
+    assert roles(clab.parse(_lab(nodes, LEAF_SPINE_LINKS)).topology) == {
+        "spine1": "spine", "leaf1": "leaf", "leaf2": "leaf", "h1": "host", "h2": "host"}

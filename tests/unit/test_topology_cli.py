@@ -80,8 +80,8 @@ BAD_FILES = [
      "schema at topology.links[2].ipv4[0] (link 3): '10.0.0.300/24' is not in the form"),
     ("unknown-kind", good_nodes(sw9={"kind": "acme_os"}), "node sw9 has kind 'acme_os', which "
                                                          "containerlab does not know"),
-    ("bridge-kind", good_nodes(br1={"kind": "bridge"}), "node br1 has kind bridge, which railab "
-                                                       "cannot emulate (a Linux bridge"),
+    ("k8s-kind", good_nodes(k1={"kind": "k8s-kind"}), "node k1 has kind k8s-kind, which railab "
+                                                     "cannot emulate (a Kubernetes"),
     ("ext-container", good_nodes(ext={"kind": "ext-container"}), "node ext has kind ext-container"),
     ("firewall-kind", good_nodes(fw={"kind": "cisco_asav"}), "node fw has kind cisco_asav, which "
                                                             "railab cannot emulate (a firewall)"),
