@@ -59,7 +59,9 @@ def run(args) -> int:
         return 0
     from dataplane.cli.lb import fmt_speed
 
-    table = Table(title=f"lab {lab}: switch ports (speed: emulated/nominal; queue is virtual)")
+    real = any("shaper" in c for d in counters["switches"].values() for c in d["ports"].values())
+    table = Table(title=f"lab {lab}: switch ports (speed: emulated/nominal; queue: "
+                        f"{'bytes waiting in each port shaper (real queues)' if real else 'virtual backlog'})")
     for column in ("switch", "port", "speed", "rx pkts", "tx pkts", "tx bytes", "ecn", "util", "queue B",
                    "drops"):
         table.add_column(column, justify="left" if column in ("switch", "port", "drops") else "right")
@@ -69,6 +71,6 @@ def run(args) -> int:
             speed = f"{fmt_speed(c.get('speed_bps', 0))}/{fmt_speed(c.get('nominal_speed_bps', 0))}"
             table.add_row(switch, port, speed, str(c["rx_packets"]), str(c["tx_packets"]), str(c["tx_bytes"]),
                           str(c.get("ecn_marked", 0)), f"{c.get('utilization', 0):.0%}",
-                          str(c.get("queue_bytes", 0)), drops)
+                          str((c.get("shaper") or {}).get("backlog_bytes", c.get("queue_bytes", 0))), drops)
     console.print(table)
     return 0
