@@ -29,6 +29,7 @@ def run(args) -> int:
     lifecycle.require_root()
     with session.progress_bar(not args.json and sys.stderr.isatty()) as progress:
         results, folder = session.run(exp, progress, lab_name=args.name)
+    _warn_receiver_drops(results)
     if args.json:
         summary = {
             "experiment": results["experiment"], "folder": str(folder),
@@ -52,3 +53,13 @@ def run(args) -> int:
     for plot in results.get("plots", []):
         console.print(f"plot: {plot}")
     return 0
+
+
+def _warn_receiver_drops(results: dict) -> None:
+    runs = [r for m in results["modes"].values() for r in m["runs"]] + \
+           [r for sw in results["sweeps"].values() for r in sw["runs"]]
+    dropped = sum(int(r.get("receiver_drops") or 0) for r in runs)
+    if dropped:
+        print(f"railab: warning: the receivers fell behind and their sockets dropped {dropped:,} "
+              "frames, counted as loss although the fabric delivered them; offer fewer packets "
+              "per second", file=sys.stderr)

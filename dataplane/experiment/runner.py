@@ -303,13 +303,16 @@ def run_once(spec: LabSpec, experiment: Experiment, flows: list[wl.Flow], label:
         clock.stop.set()
         clock.join()
         flow_stats: dict[str, dict] = {}
+        receiver_drops = 0
         for host in receivers:
             # Only this host's flows: the receiver books every flow it is told of.
             mine = {str(f.flow_id): sent.get(str(f.flow_id), 0) for f in flows if f.dst_host == host}
             out, err = procs[host].receiver.communicate(json.dumps({"per_flow_packets": mine}) + "\n", timeout=60)
             if procs[host].receiver.returncode != 0:
                 raise RuntimeError(f"receiver in {host} failed: {err.strip().splitlines()[-1] if err.strip() else '?'}")
-            flow_stats.update(json.loads(out)["flows"])
+            answer = json.loads(out)
+            flow_stats.update(answer["flows"])
+            receiver_drops += int(answer.get("socket_drops", 0))
     finally:
         if "clock" in locals() and clock.is_alive():
             clock.stop.set()
@@ -347,6 +350,8 @@ def run_once(spec: LabSpec, experiment: Experiment, flows: list[wl.Flow], label:
         "links": _link_bytes(spec, before, after),
         "flows": flow_records,
         "switches": _switch_totals(before, after),
+        # frames the receivers' sockets overflowed on: in `lost`, but not the fabric's doing
+        "receiver_drops": receiver_drops,
         "timeline": clock.timeline,
         "events": clock.fired,
         **({"event_error": clock.error} if clock.error else {}),

@@ -43,6 +43,8 @@ Definitions (``D`` = run["duration_s"]):
   received packet: the flows' means weighted by their packet counts; ``latency_max_us``
   the largest of any packet. With real queues they include the queueing delay; None
   when nothing was received.
+* ``receiver_drops`` = frames the receivers' sockets dropped (full buffer: the Python
+  receiver fell behind); they are in loss_packets but were not lost by the fabric.
 * ``drops`` / ``ecn_marked`` = run["switches"]["drops"] / ["ecn_marked"] (switch
   counters); ``ce_packets`` = sum of the flows' ce (CE-marked packets received).
 * ``messages_completed`` / ``messages_incomplete`` = sums over flows.
@@ -67,7 +69,7 @@ METRIC_KEYS = (
     "max_uplink_util", "idle_uplinks", "idle_leaf_uplinks", "idle_elephant_uplinks",
     "expected_idle_uplinks", "uplinks",
     "loss_packets", "loss_pct", "reorder_pct", "out_of_order", "duplicates", "fct_p50_us",
-    "fct_p99_us", "mice_fct_p99_us", "latency_mean_us", "latency_max_us", "drops", "ecn_marked", "ce_packets", "messages_completed",
+    "fct_p99_us", "mice_fct_p99_us", "latency_mean_us", "latency_max_us", "receiver_drops", "drops", "ecn_marked", "ce_packets", "messages_completed",
     "messages_incomplete",
 )
 
@@ -321,6 +323,7 @@ def run_metrics(run: dict) -> dict:
         "fct_p99_us": percentile(fct, 99),
         "mice_fct_p99_us": percentile(mice, 99),
         **latency_metrics(flows),
+        "receiver_drops": int(run.get("receiver_drops") or 0),
         "drops": int(switches.get("drops") or 0),
         "ecn_marked": int(switches.get("ecn_marked") or 0),
         "ce_packets": _sum(flows, "ce"),

@@ -97,6 +97,8 @@ def run_recv(args) -> int:
     with in_netns(args.netns):
         for port in args.ports.split(","):
             sockets.append(rx.open_socket(port))
+    for s in sockets:
+        rx.socket_drops(s)            # start counting now
     threads = [threading.Thread(target=rx.capture, args=(s, 3600.0, receiver),
                                 kwargs={"responder": responder, "stop": stop.is_set}, daemon=True)
                for s in sockets]
@@ -114,7 +116,8 @@ def run_recv(args) -> int:
         entry = stats.to_dict()
         entry["completions_us"] = [ns / 1000 for ns in stats.completions_ns.values()]
         out[str(fid)] = entry
-    json.dump({"flows": out, "totals": receiver.inner.totals()}, sys.stdout)
+    drops = sum(rx.socket_drops(s) for s in sockets)
+    json.dump({"flows": out, "totals": receiver.inner.totals(), "socket_drops": drops}, sys.stdout)
     print(flush=True)
     for s in sockets:
         s.close()

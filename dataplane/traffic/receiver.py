@@ -265,6 +265,17 @@ def open_socket(ifname: str, rcvbuf: int = 8 << 20) -> socket.socket:
 
 
 PACKET_OUTGOING = 4
+SOL_PACKET = 263
+PACKET_STATISTICS = 6        # struct tpacket_stats {u32 tp_packets; u32 tp_drops}; reading resets it
+
+
+def socket_drops(sock: socket.socket) -> int:
+    """Frames the kernel dropped because this socket's buffer was full since the last
+    call: the receiver could not keep up, they never reached its accounting (a run's
+    loss counts them, the fabric did not lose them)."""
+    _packets, drops = struct.unpack("II", sock.getsockopt(SOL_PACKET, PACKET_STATISTICS, 8))
+    return drops
+
 SO_TIMESTAMPNS = 35          # = SCM_TIMESTAMPNS (asm-generic; x86_64, arm64)
 _TS = struct.Struct("@qq")
 

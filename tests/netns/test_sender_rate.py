@@ -192,3 +192,35 @@ def test_cnp_only_for_ce_end_to_end(vpair):
     assert s.packets == 20 and s.ce == 5 and s.lost == 0
     assert back_rx.cnps_by_qp == {0x1234: 5}
     assert back_rx.acks_by_qp == {}
+
+
+def test_receiver_socket_counts_what_it_could_not_hold(vpair):
+    """A receiver that falls behind loses frames in its socket, not in the fabric:
+    socket_drops says how many (and starts from zero again after each read)."""
+    from dataplane.netns_util import in_netns
+    with in_netns(vpair["rx_ns"]):
+        sock = rxmod.open_socket(vpair["rx_if"], rcvbuf=4096)   # room for a few frames only
+    try:
+        assert rxmod.socket_drops(sock) == 0
+        tx_sock = sender.open_tx_socket(vpair["tx_if"], vpair["tx_ns"])
+        frame = b"\xff" * 6 + b"\x02" * 6 + b"\x08\x00" + bytes(986)
+        try:
+            for _ in range(200):
+                tx_sock.send(frame)
+        finally:
+            tx_sock.close()
+        assert _wait_for_drops(sock) > 100
+        assert rxmod.socket_drops(sock) == 0
+    finally:
+        sock.close()
+
+
+def _wait_for_drops(sock, timeout_s: float = 5.0) -> int:
+    deadline = time.monotonic() + timeout_s
+    total = 0
+    while time.monotonic() < deadline:
+        total += rxmod.socket_drops(sock)
+        if total > 100:
+            break
+        time.sleep(0.02)
+    return total

@@ -108,6 +108,11 @@ def test_latency_is_weighted_by_packets():
     assert m.run_metrics(run_with([1], [flow(1)]))["latency_mean_us"] is None
 
 
+def test_receiver_drops_are_reported_apart():
+    assert m.run_metrics(run_with([1], [flow(1)], receiver_drops=5))["receiver_drops"] == 5
+    assert m.run_metrics(run_with([1], [flow(1)]))["receiver_drops"] == 0
+
+
 def test_fct_percentiles_over_all_flows():
     flows = [flow(1, completions_us=[float(x) for x in range(1, 51)]),
              flow(2, cls="mice", completions_us=[float(x) for x in range(51, 101)])]
