@@ -173,12 +173,14 @@ def link_down(lab: str, a: str, b: str | None = None) -> dict:
     if b is not None and iface.peer != b:
         raise ValueError(f"{a} is linked to {iface.peer}, not {b}")
     pnode, piface = _endpoint(spec, iface.peer)
-    t = _set_links([(node, iface), (pnode, piface)], False)
     data = _load(lab)
-    if a not in data["links_down"]:
+    again = a in data["links_down"] or iface.peer in data["links_down"]
+    t = _set_links([(node, iface), (pnode, piface)], False)
+    if not again:
         data["links_down"].append(a)
     _save(lab, data)
-    return {"fault": "link-down", "a": a, "b": iface.peer, "t_ns": t}
+    return {"fault": "link-down", "a": a, "b": iface.peer, "t_ns": t,
+            **({"note": "was already down"} if again else {})}
 
 
 def link_up(lab: str, a: str, b: str | None = None) -> dict:
@@ -189,11 +191,13 @@ def link_up(lab: str, a: str, b: str | None = None) -> dict:
     if b is not None and iface.peer != b:
         raise ValueError(f"{a} is linked to {iface.peer}, not {b}")
     data = _load(lab)
+    recorded = a in data["links_down"] or iface.peer in data["links_down"]
     ends = [(n, i) for n, i in ((node, iface), (pnode, piface)) if n.name not in data["switches_down"]]
     t = _bring_up(lab, ends, [])
     data["links_down"] = [x for x in data["links_down"] if x not in (a, iface.peer)]
     _save(lab, data)
-    return {"fault": "link-up", "a": a, "b": iface.peer, "t_ns": t}
+    return {"fault": "link-up", "a": a, "b": iface.peer, "t_ns": t,
+            **({} if recorded else {"note": "no link-down of it was recorded"})}
 
 
 # ------------------------------------------------------------------ switches and planes
