@@ -316,6 +316,9 @@ def active(lab: str) -> dict:
     return _load(lab)
 
 
+CLEAR_SETTLE_S = 2.0
+
+
 def clear(lab: str) -> dict:
     """Undo every active fault: switches up (state reset), links up, speeds restored."""
     data = _load(lab)
@@ -328,6 +331,11 @@ def clear(lab: str) -> dict:
         link_up(lab, a)
     for port in list(_load(lab)["degraded"]):
         restore(lab, port)
+    # The repairs' restore notices lift the exclusions the failures caused: wait for
+    # them, so that whatever runs next finds the fabric as it was before the faults.
+    deadline = time.monotonic() + CLEAR_SETTLE_S
+    while status(lab)["exclusions"] and time.monotonic() < deadline:
+        time.sleep(0.01)
     return out
 
 
