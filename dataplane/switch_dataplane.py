@@ -621,10 +621,28 @@ class SwitchDataplane:
         self._check_group(group_id)
         net = ipaddress.IPv4Network(prefix, strict=False)
         key = self._route_key(switch_id, net)
-        avoid = self._route_avoid.get((switch_id, net), 0)
+        if (switch_id, net) in self._route_avoid:
+            avoid = self._route_avoid[(switch_id, net)]
+        else:
+            # A new, more specific route (a learned /32) starts with what the covering
+            # route of the same group avoids: written with it, so that no frame slips
+            # through before the fabric monitor re-applies its exclusions.
+            avoid = self._covering_avoid(switch_id, net, group_id)
+            if avoid:
+                self._route_avoid[(switch_id, net)] = avoid
         self._update("routes", key, abi.RouteVal(group_id=group_id, avoid_mask=avoid))
         self._routes[(switch_id, net)] = group_id
         self._routes_changed(switch_id)
+
+    def _covering_avoid(self, switch_id: int, net: ipaddress.IPv4Network, group_id: int) -> int:
+        """The avoid mask of the most specific route of the same group that covers net
+        (only routes with a mask can matter, and they are few)."""
+        best, mask = None, 0
+        for (sw, other), avoid in self._route_avoid.items():
+            if sw == switch_id and other != net and self._routes.get((sw, other)) == group_id \
+                    and net.subnet_of(other) and (best is None or other.prefixlen > best.prefixlen):
+                best, mask = other, avoid
+        return mask
 
     def set_route_avoid(self, switch_id: int, prefix: str, mask: int) -> None:
         """Members (bit i = member i of the route's group) to avoid for this prefix: remote

@@ -184,3 +184,20 @@ def test_reset_switch_state(dp, lab, mode):
     assert dp.port_counters(IN)["rx_packets"] == 0
     assert dp.route_avoid(SW) == {}
     assert abi.PORT_F_LEARN == 8 and PORT_MAC[IN]
+
+
+def test_a_new_host_route_starts_with_its_covering_routes_avoid_mask(dp, lab, mode):
+    """A /32 learned while its prefix is being avoided is written avoiding the same
+    members, not first without (frames would slip through until it is re-applied)."""
+    dp.set_route_avoid(SW, "10.40.0.0/16", 0b1)
+    try:
+        dp.add_route(SW, "10.40.0.7/32", G)
+        assert dp.route_avoid(SW).get((SW, "10.40.0.7/32")) == 0b1
+        dp.set_group(G + 1, [(EG[2], NH_MAC[EG[2]]), (EG[3], NH_MAC[EG[3]])])
+        dp.add_route(SW, "10.40.0.8/32", G + 1)          # another group: its own members
+        assert (SW, "10.40.0.8/32") not in dp.route_avoid(SW)
+    finally:
+        dp.del_route(SW, "10.40.0.7/32")
+        dp.del_route(SW, "10.40.0.8/32")
+        dp.del_group(G + 1)
+        dp.set_route_avoid(SW, "10.40.0.0/16", 0)
