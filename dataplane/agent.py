@@ -93,18 +93,8 @@ class SwitchProgrammer:
 
     # ------------------------------------------------------------ port model
     def apply_port_model(self, **changes) -> dict:
-        new = dict(self.port_model)
-        for key, value in changes.items():
-            if value is None:
-                continue
-            if key not in new:
-                raise ValueError(f"unknown port-model setting {key!r}")
-            if key == "queue":
-                if value not in QUEUE_KINDS:
-                    raise ValueError(f"queue must be one of {', '.join(QUEUE_KINDS)}, not {value!r}")
-                new[key] = value
-            else:
-                new[key] = float(value) if key in ("scale", "window_us") else int(value)
+        from dataplane.settings import merged
+        new = merged(self.port_model, changes, PORT_MODEL_DEFAULTS, "port-model")
         self._check_port_model(new)
         self.port_model = new
         for node in self.spec.switches:
@@ -116,6 +106,8 @@ class SwitchProgrammer:
     def _check_port_model(self, pm: dict) -> None:
         """Refuse settings some port could not take, before any port changes."""
         import math
+        if pm["queue"] not in QUEUE_KINDS:
+            raise ValueError(f"queue must be one of {', '.join(QUEUE_KINDS)}, not {pm['queue']!r}")
         if not (math.isfinite(pm["scale"]) and 0 <= pm["scale"] <= 1):
             raise ValueError("scale must be in [0, 1] (0 = no port model)")
         if not (math.isfinite(pm["window_us"]) and 0 < pm["window_us"] <= 4e6):

@@ -219,13 +219,8 @@ class FabricMonitor:
             s.close()
 
     def configure(self, **changes) -> dict:
-        new = dict(self.cfg)
-        for k, v in changes.items():
-            if v is None:
-                continue
-            if k not in new:
-                raise ValueError(f"unknown ARN setting {k!r}; known: {', '.join(new)}")
-            new[k] = type(DEFAULTS[k])(v)
+        from dataplane.settings import merged
+        new = merged(self.cfg, changes, DEFAULTS, "ARN")
         for k, (low, high) in SETTING_RANGES.items():
             if not (math.isfinite(new[k]) and low <= new[k] <= high):
                 raise ValueError(f"ARN setting {k} = {new[k]!r}: must be between {low:g} and {high:g}")

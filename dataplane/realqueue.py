@@ -70,7 +70,12 @@ class NamespaceQueues:
         self.netns = netns
         with in_netns(netns):   # the socket stays bound to the namespace it was opened in
             self._ipr = IPRoute()
-        self._mtu = {link["index"]: link.get_attr("IFLA_MTU") for link in self._ipr.get_links()}
+        self._mtu: dict[int, int] | None = None     # dumped once, when a shaper is set
+
+    def _mtu_of(self, ifindex: int) -> int:
+        if self._mtu is None:
+            self._mtu = {link["index"]: link.get_attr("IFLA_MTU") for link in self._ipr.get_links()}
+        return self._mtu.get(ifindex) or 1500
 
     def close(self) -> None:
         self._ipr.close()
@@ -103,7 +108,7 @@ class NamespaceQueues:
     def shape(self, ifindex: int, speed_bps: int, buffer_bytes: int) -> ShaperParams:
         """(Re)set the tbf root qdisc of ifindex for a port of speed_bps."""
         from pyroute2.netlink.exceptions import NetlinkError
-        params = shaper_params(speed_bps, buffer_bytes, self._mtu.get(ifindex) or 1500)
+        params = shaper_params(speed_bps, buffer_bytes, self._mtu_of(ifindex))
         try:
             self._ipr.tc("replace", "tbf", ifindex, handle=SHAPER_HANDLE,
                          rate=f"{params.rate_bps}bit", burst=params.burst_bytes,

@@ -65,6 +65,14 @@ def sh(cmd: str | list[str], check: bool = True, **kw) -> subprocess.CompletedPr
     return p
 
 
+def add_veths(netns: str, ifindexes) -> None:
+    """One veth pair per ifindex in netns: p<ifindex> (that ifindex, the switch port) and
+    q<ifindex> (ifindex + 1000)."""
+    for ifx in ifindexes:
+        sh(["ip", "-n", netns, "link", "add", "name", f"p{ifx}", "index", str(ifx), "type", "veth",
+            "peer", "name", f"q{ifx}", "index", str(ifx + 1000)])
+
+
 def link_mac(netns: str, ifname: str) -> str:
     out = sh(["ip", "-j", "-n", netns, "link", "show", "dev", ifname]).stdout
     return json.loads(out)[0]["address"]

@@ -19,7 +19,7 @@ from dataplane.netns_util import in_netns
 from scapy.layers.inet import IP, UDP
 from scapy.packet import Raw
 
-from .conftest import sh
+from .conftest import add_veths
 
 # ids of their own (the dp fixture is shared with the other modules of tests/bpf)
 SW = 5
@@ -36,9 +36,7 @@ G = 60
 @pytest.fixture(scope="module")
 def lab(dp, module_netns):
     ns = module_netns("fo")
-    for ifx in ALL:
-        sh(["ip", "-n", ns, "link", "add", "name", f"p{ifx}", "index", str(ifx), "type", "veth",
-            "peer", "name", f"q{ifx}", "index", str(ifx + 1000)])
+    add_veths(ns, ALL)
     dp.set_switch(SW, hash_seed=0x1234)
     for ifx in ALL:
         dp.set_port(ifx, switch_id=SW, slot=SLOT[ifx], mac=PORT_MAC[ifx])

@@ -23,7 +23,7 @@ from dataplane import bpf_abi as abi
 from dataplane import progtest
 from dataplane.netns_util import in_netns
 
-from .conftest import sh
+from .conftest import add_veths
 
 # ids of their own (the dp fixture is shared with the other modules of tests/bpf)
 SW, SW2 = 9, 10
@@ -43,9 +43,7 @@ PREFIX = "10.50.0.0/16"
 @pytest.fixture(scope="module")
 def lab(dp, module_netns):
     ns = module_netns("rc")
-    for ifx in ALL:
-        sh(["ip", "-n", ns, "link", "add", "name", f"p{ifx}", "index", str(ifx), "type", "veth",
-            "peer", "name", f"q{ifx}", "index", str(ifx + 1000)])
+    add_veths(ns, ALL)
     dp.set_switch(SW, hash_seed=0x77)
     dp.set_switch(SW2, hash_seed=0x78)
     for ifx in [IN, *EG, BIG]:

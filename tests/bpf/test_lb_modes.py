@@ -24,7 +24,7 @@ from dataplane import progtest
 from dataplane.netns_util import in_netns
 from dataplane.switch_dataplane import BPF_F_LOCK, wcmp_slots
 
-from .conftest import sh
+from .conftest import add_veths
 
 SW = 3
 IN = 201
@@ -41,9 +41,7 @@ G2 = 41                     # two members (EG[0], EG[1]): 10.41.0.0/16
 @pytest.fixture(scope="module")
 def lab(dp, module_netns):
     ns = module_netns("lb")
-    for ifx in ALL:
-        sh(["ip", "-n", ns, "link", "add", "name", f"p{ifx}", "index", str(ifx), "type", "veth",
-            "peer", "name", f"q{ifx}", "index", str(ifx + 1000)])
+    add_veths(ns, ALL)
     dp.set_switch(SW, hash_seed=0xabcd)
     for ifx in ALL:
         dp.set_port(ifx, switch_id=SW, slot=SLOT[ifx], mac=PORT_MAC[ifx])

@@ -19,7 +19,7 @@ from scapy.packet import Raw
 from dataplane import progtest
 from dataplane.netns_util import in_netns
 
-from .conftest import sh
+from .conftest import add_veths
 
 SW = 1            # switch under test
 SW2 = 2           # a second switch: routing tables are per switch
@@ -39,9 +39,7 @@ G_ECMP, G_ONE, G_EMPTY, G_LBN, G_SPRAY = 10, 11, 12, 13, 14
 @pytest.fixture(scope="module")
 def lab(dp, module_netns):
     ns = module_netns("pt")
-    for ifx in ALL:
-        sh(["ip", "-n", ns, "link", "add", "name", f"p{ifx}", "index", str(ifx), "type", "veth",
-            "peer", "name", f"q{ifx}", "index", str(ifx + 1000)])
+    add_veths(ns, ALL)
     dp.set_switch(SW, hash_seed=0x1234)
     dp.set_switch(SW2, hash_seed=0x9999)
     for slot, ifx in enumerate([IN, *EG], start=1):
