@@ -537,6 +537,9 @@ def main(argv=None) -> int:
         dp = SwitchDataplane(max_ports=max(64, ports + 1), max_routes=max(256, routes + 1))
         if sys.stdin.readline().strip() != "go":
             return 1
+        # Re-read: a runtime may have learned the ports' ifindexes while the program compiled
+        # (containerlab makes the veths; the counts the compile used do not change).
+        spec = state.load(args.lab).spec
         dp.pin(str(state.pin_dir(spec.name)))
         programmer = SwitchProgrammer(spec, dp)
         programmer.program()

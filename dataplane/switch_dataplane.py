@@ -892,8 +892,32 @@ def _ensure_bpffs(directory: str) -> None:
 
 
 # ---------------------------------------------------------------------- attach / detach
-def _xdp_nla(fd: int, flags: int) -> dict:
-    return {"attrs": [("IFLA_XDP_FD", fd), ("IFLA_XDP_FLAGS", flags)]}
+def _xdp_setlink_class():
+    """An RTM_SETLINK message that carries only IFLA_XDP, with the kernel's own types.
+
+    pyroute2 0.7 (Debian 12) encodes IFLA_XDP_FLAGS as a 2-byte big-endian field, which
+    the kernel refuses with ERANGE, so the attribute layout is spelled out here."""
+    from pyroute2.netlink import NLA_F_NESTED, nla
+    from pyroute2.netlink.rtnl.ifinfmsg import ifinfmsg
+
+    class xdp_setlink(ifinfmsg):
+        nla_map = ((43, "IFLA_XDP", "xdp"),)   # IFLA_XDP in linux/if_link.h
+
+        class xdp(nla):
+            nla_flags = NLA_F_NESTED
+            nla_map = ((1, "IFLA_XDP_FD", "int32"), (3, "IFLA_XDP_FLAGS", "uint32"))
+
+    return xdp_setlink
+
+
+def _set_xdp(ipr, ifindex: int, fd: int, flags: int) -> None:
+    from pyroute2.netlink import NLM_F_ACK, NLM_F_REQUEST
+    from pyroute2.netlink.rtnl import RTM_SETLINK
+    msg = _xdp_setlink_class()()
+    msg["index"] = ifindex
+    msg["attrs"] = [("IFLA_XDP", {"attrs": [("IFLA_XDP_FD", fd), ("IFLA_XDP_FLAGS", flags)]})]
+    # tuple(): some pyroute2 versions answer with a generator that sends nothing until consumed
+    tuple(ipr.nlm_request(msg, msg_type=RTM_SETLINK, msg_flags=NLM_F_REQUEST | NLM_F_ACK))
 
 
 def _ipr_in(netns: str | None):
@@ -930,14 +954,14 @@ def attach_xdp(netns: str, ifindex: int, prog_fd: int, *, mode: str = "drv") -> 
     ipr = _ipr_in(netns)
     try:
         try:
-            ipr.link("set", index=ifindex, xdp=_xdp_nla(prog_fd, _XDP_MODE_FLAGS[mode]))
+            _set_xdp(ipr, ifindex, prog_fd, _XDP_MODE_FLAGS[mode])
             return "generic" if _XDP_MODE_FLAGS[mode] == XDP_FLAGS_SKB_MODE else "drv"
         except NetlinkError as e:
             if _XDP_MODE_FLAGS[mode] != XDP_FLAGS_DRV_MODE:
                 raise DataplaneError(f"XDP attach to ifindex {ifindex} in {netns}: {e}") from None
             first = e
         try:
-            ipr.link("set", index=ifindex, xdp=_xdp_nla(prog_fd, XDP_FLAGS_SKB_MODE))
+            _set_xdp(ipr, ifindex, prog_fd, XDP_FLAGS_SKB_MODE)
             return "generic"
         except NetlinkError as e:
             raise DataplaneError(f"XDP attach to ifindex {ifindex} in {netns}: drv: {first}; generic: {e}") from None
@@ -953,6 +977,6 @@ def detach_xdp(netns: str, ifindex: int) -> None:
     flags = XDP_FLAGS_SKB_MODE if mode == "generic" else XDP_FLAGS_DRV_MODE
     ipr = _ipr_in(netns)
     try:
-        ipr.link("set", index=ifindex, xdp=_xdp_nla(-1, flags))
+        _set_xdp(ipr, ifindex, -1, flags)
     finally:
         ipr.close()

@@ -1,6 +1,10 @@
 #!/usr/bin/env bash
-# Installs everything railab needs on a fresh Debian/Ubuntu machine and builds .venv.
+# Installs everything railab needs on a fresh Debian 12 machine and builds .venv.
 # Idempotent: safe to run again; it only installs what is missing.
+#
+# Python libraries come from Debian's packages, not PyPI (the project's machines reach
+# Debian's archive and the Go module proxy, nothing else). The venv sees them through
+# --system-site-packages, and railab itself is installed into it without network.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -13,9 +17,18 @@ if [[ $EUID -ne 0 ]]; then
 fi
 
 APT_PACKAGES=(
-    python3 python3-venv python3-pip python3-bpfcc bpfcc-tools libbpfcc
-    iproute2 iputils-ping iperf3 ethtool tcpdump bpftool netsniff-ng
-    clang llvm make linux-headers-amd64 procps psmisc
+    # interpreter and the libraries railab imports
+    python3 python3-venv python3-pip python3-setuptools python3-wheel
+    python3-bpfcc python3-pyroute2 python3-scapy python3-yaml python3-jsonschema
+    python3-rich python3-matplotlib
+    # test runner and plugins
+    python3-pytest python3-hypothesis python3-pytest-timeout python3-pytest-rerunfailures
+    # bcc and what it compiles with
+    bpfcc-tools libbpfcc clang llvm linux-headers-amd64
+    # tools the data-plane tests and benchmarks drive
+    iproute2 iputils-ping iperf3 ethtool tcpdump bpftool netsniff-ng procps psmisc make
+    # railab's container node image is built from this static binary
+    busybox-static
 )
 
 missing=()
@@ -26,7 +39,7 @@ if ((${#missing[@]})); then
     echo "setup: installing Debian packages: ${missing[*]}"
     export DEBIAN_FRONTEND=noninteractive
     apt-get update -qq
-    apt-get install -y -qq --no-install-recommends "${missing[@]}"
+    apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
 # bcc compiles at load time against /lib/modules/$(uname -r)/build. Kernels without their
@@ -45,16 +58,24 @@ if [[ ! -e "$KBUILD/build/include" ]]; then
     echo "setup: linked $KBUILD/build -> $hdr"
 fi
 
-# bcc's Python module comes from Debian, so the venv must see the system site-packages
-# of Debian's own interpreter.
-if [[ ! -x "$VENV/bin/python" ]]; then
+# bcc and every other library come from Debian, so the venv must be made by Debian's own
+# interpreter (not one on PATH, e.g. pyenv's) and see its site-packages.
+if [[ ! -x "$VENV/bin/python" ]] || ! "$VENV/bin/python" -c "import bcc" 2>/dev/null; then
+    rm -rf "$VENV"
     /usr/bin/python3 -m venv --system-site-packages "$VENV"
 fi
 if [[ ! -f "$STAMP" || "$ROOT/pyproject.toml" -nt "$STAMP" ]]; then
-    "$VENV/bin/pip" install -q --upgrade pip
-    "$VENV/bin/pip" install -q -e "$ROOT[test]"
+    # No network: Debian's setuptools builds the editable install, no dependency is fetched.
+    "$VENV/bin/pip" install -q --no-deps --no-build-isolation --no-index -e "$ROOT"
     touch "$STAMP"
 fi
-"$VENV/bin/python" -c "import bcc, pyroute2, scapy, yaml, jsonschema, rich" \
-    || { echo "setup: python dependencies did not import" >&2; exit 1; }
+
+bash "$ROOT/scripts/setup-containerlab.sh"
+
+"$VENV/bin/python" - <<'EOF' || { echo "setup: python dependencies are missing or too old" >&2; exit 1; }
+from importlib.metadata import version
+import bcc, pyroute2, scapy, yaml, jsonschema, rich, matplotlib, pytest, hypothesis  # noqa: F401
+from yaml import CSafeLoader  # noqa: F401  (libyaml: the pure-Python loader is 10x slower)
+import dataplane.cli.main  # noqa: F401
+EOF
 echo "setup: ready ($VENV)"

@@ -20,11 +20,15 @@ from dataplane.topology.addressing import plan_addresses
 from dataplane.topology.model import Topology
 
 NETNS_PREFIX = "railab-"
+# containerlab links each container's namespace as /run/netns/<prefix>-<lab>-<node>; railab
+# writes its derived topologies with containerlab's default prefix.
+CLAB_NETNS_PREFIX = "clab-"
 FIRST_IFINDEX = 100  # leaves room below for lo and anything the kernel adds
+RUNTIMES = ("netns", "containerlab")
 
 
-def netns_name(lab: str, node: str) -> str:
-    return f"{NETNS_PREFIX}{lab}-{node}"
+def netns_name(lab: str, node: str, runtime: str = "netns") -> str:
+    return f"{CLAB_NETNS_PREFIX if runtime == 'containerlab' else NETNS_PREFIX}{lab}-{node}"
 
 
 def lab_netns_prefix(lab: str) -> str:
@@ -63,6 +67,8 @@ class NodeSpec:
     rail: int | None = None
     plane: int | None = None
     interfaces: list[InterfaceSpec] = field(default_factory=list)
+    external: bool = False       # keeps its own container (containerlab runtime)
+    container: dict = field(default_factory=dict)  # an external node's containerlab settings
 
     def interface(self, name: str) -> InterfaceSpec:
         for iface in self.interfaces:
@@ -95,6 +101,7 @@ class LabSpec:
     routes: dict[str, list[RouteSpec]]
     host_nics: dict[str, list[HostNicSpec]]
     segments: list[str]
+    runtime: str = "netns"       # who makes namespaces and links: netns | containerlab
 
     def node(self, name: str) -> NodeSpec:
         for node in self.nodes:
@@ -121,7 +128,8 @@ class LabSpec:
         ]
         routes = {k: [RouteSpec(**r) for r in v] for k, v in data["routes"].items()}
         host_nics = {k: [HostNicSpec(**h) for h in v] for k, v in data["host_nics"].items()}
-        return cls(data["name"], data["source"], data["kind"], nodes, routes, host_nics, data["segments"])
+        return cls(data["name"], data["source"], data["kind"], nodes, routes, host_nics, data["segments"],
+                   data.get("runtime", "netns"))
 
 
 def _check_ifname(node: str, name: str) -> None:
@@ -129,7 +137,7 @@ def _check_ifname(node: str, name: str) -> None:
         raise TopologyError(f"node {node}: interface name {name!r} is not a valid Linux interface name")
 
 
-def build(topo: Topology, source: str = "") -> LabSpec:
+def build(topo: Topology, source: str = "", runtime: str = "netns") -> LabSpec:
     addresses = plan_addresses(topo)
     control = controller.compute(topo, addresses)
 
@@ -148,8 +156,9 @@ def build(topo: Topology, source: str = "") -> LabSpec:
         if node.role.is_switch:
             switch_id += 1
             sid = switch_id
-        spec = NodeSpec(node.name, node.role.value, netns_name(topo.name, node.name), node.kind,
-                        sid, node.rail, node.plane)
+        spec = NodeSpec(node.name, node.role.value, netns_name(topo.name, node.name, runtime),
+                        node.kind, sid, node.rail, node.plane,
+                        external=node.external, container=dict(node.container))
         for link in sorted(topo.links_of(node.name), key=lambda l: l.local(node.name).interface):
             near, far = link.local(node.name), link.other(node.name)
             if near == far:
@@ -177,7 +186,7 @@ def build(topo: Topology, source: str = "") -> LabSpec:
         for host, routing in control.host_routing.items()
     }
     segments = [str(s.network) for s in addresses.segments]
-    return LabSpec(topo.name, source, topo.kind, nodes, routes, host_nics, segments)
+    return LabSpec(topo.name, source, topo.kind, nodes, routes, host_nics, segments, runtime)
 
 
 def dumps(spec: LabSpec) -> str:

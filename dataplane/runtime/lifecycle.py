@@ -18,11 +18,18 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dataplane.errors import RuntimeStateError
+from dataplane.runtime import containerlab as clab_runtime
 from dataplane.runtime import netns as rt
 from dataplane.runtime import state
 from dataplane.runtime.labspec import LabSpec, lab_netns_prefix
 
 AGENT_READY_TIMEOUT_S = 120
+# Who makes a lab's namespaces and links; each module offers check/create/remove/leftovers.
+RUNTIMES = {rt.NAME: rt, clab_runtime.NAME: clab_runtime}
+
+
+def runtime_of(spec: LabSpec | None):
+    return RUNTIMES[spec.runtime if spec is not None else rt.NAME]
 
 
 @dataclass
@@ -62,7 +69,12 @@ def deploy(spec: LabSpec) -> DeployResult:
                 Path(current.spec.source).resolve() != Path(spec.source).resolve():
             raise RuntimeStateError(f"lab {spec.name} is already deployed from {current.spec.source}; "
                                     "destroy it first or pick another --name")
+        if current.spec.runtime != spec.runtime:
+            raise RuntimeStateError(f"lab {spec.name} is already deployed with the "
+                                    f"{current.spec.runtime} runtime; destroy it first")
         return DeployResult(spec.name, True, 0.0)
+    runtime = runtime_of(spec)
+    runtime.check(spec)
     if lab_leftovers(spec.name):
         destroy(spec.name)
 
@@ -75,10 +87,11 @@ def deploy(spec: LabSpec) -> DeployResult:
             agent, ready_fd = _start_agent(spec.name)
             lab_state.agent_pid = agent.pid
             lab_state.save()
-            steps = (rt.create_namespaces, rt.create_links, rt.configure_sysctls, rt.configure_all)
+            steps = (runtime.create, rt.configure_sysctls, rt.configure_all)
             for step in steps:
                 interrupted.check()
                 step(spec)
+            lab_state.save()   # the runtime may have learned ifindexes the agent must use
             interrupted.check()
             agent.stdin.write(b"go\n")
             agent.stdin.close()
@@ -202,7 +215,7 @@ def _lab_agent_pids(lab: str) -> list[int]:
 
 def lab_leftovers(lab: str) -> bool:
     return bool(_lab_netns(lab) or state.state_dir(lab).exists() or state.pin_dir(lab).exists()
-                or _lab_agent_pids(lab))
+                or _lab_agent_pids(lab) or any(r.leftovers(lab) for r in RUNTIMES.values()))
 
 
 def _lab_netns(lab: str) -> list[str]:
@@ -280,14 +293,18 @@ def destroy(lab: str) -> bool:
     pids.update(_pids_in_netns(_netns_inodes(namespaces)))
     pids.discard(os.getpid())
     _terminate(sorted(pids))
-    rt.delete_namespaces(namespaces)
+    spec = current.spec if current else None
+    # Every runtime's remove: a crash may have left a lab's state without knowing its runtime.
+    for runtime in RUNTIMES.values():
+        runtime.remove(lab, spec)
+    rt.delete_namespaces([n for n in namespaces if os.path.lexists(os.path.join(rt.NETNS_DIR, n))])
     shutil.rmtree(state.pin_dir(lab), ignore_errors=True)
     shutil.rmtree(state.state_dir(lab), ignore_errors=True)
     return True
 
 
 def destroy_all() -> list[str]:
-    labs = set(state.known_labs())
+    labs = set(state.known_labs()) | set(clab_runtime.labs_with_containers())
     removed = [lab for lab in sorted(labs) if destroy(lab)]
     # Namespaces of labs whose state is gone entirely: match on the railab prefix.
     stray = [n for n in rt.list_netns() if n.startswith("railab-")]

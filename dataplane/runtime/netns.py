@@ -17,6 +17,7 @@ from pyroute2.netlink.rtnl.ifinfmsg import ifinfmsg
 from dataplane.netns_util import in_netns
 from dataplane.runtime.labspec import LabSpec, NodeSpec
 
+NAME = "netns"
 NETNS_DIR = "/run/netns"
 IFA_F_NOPREFIXROUTE = 0x200
 RTNH_F_ONLINK = 4
@@ -51,6 +52,26 @@ def _ip_batch(commands: list[str], *, keep_going: bool = False) -> tuple[int, st
     return proc.returncode, err
 
 
+# ------------------------------------------------------------------ the runtime interface
+# (the same four calls as dataplane.runtime.containerlab; lifecycle picks one by spec.runtime)
+def check(spec: LabSpec) -> None:
+    """Nothing to check beyond root, which lifecycle requires of every runtime."""
+
+
+def create(spec: LabSpec) -> None:
+    create_namespaces(spec)
+    create_links(spec)
+
+
+def remove(lab: str, spec: LabSpec | None) -> None:
+    """The namespaces go in lifecycle.destroy (the same for every runtime); nothing else here."""
+
+
+def leftovers(lab: str) -> bool:
+    return False
+
+
+# ------------------------------------------------------------------ pieces
 def create_namespaces(spec: LabSpec) -> None:
     code, err = _ip_batch([f"netns add {node.netns}" for node in spec.nodes])
     if code:
@@ -86,7 +107,6 @@ def create_links(spec: LabSpec) -> None:
             stack.callback(os.close, fd)
             fds[node.name] = fd
         ipr = stack.enter_context(IPRoute())
-        ipr.status["nlm_generator"] = False  # pyroute2 0.9 leaves this unset for raw requests
         done = set()
         for node in spec.nodes:
             for iface in node.interfaces:
@@ -98,8 +118,10 @@ def create_links(spec: LabSpec) -> None:
                 peer = nodes[peer_node].interface(peer_if)
                 msg = _veth_request(iface.name, iface.ifindex, iface.mac, fds[node.name],
                                     peer.name, peer.ifindex, peer.mac, fds[peer_node])
-                ipr.nlm_request(msg, msg_type=RTM_NEWLINK,
-                                msg_flags=NLM_F_REQUEST | NLM_F_ACK | NLM_F_CREATE | NLM_F_EXCL)
+                # tuple(): some pyroute2 versions answer with a generator that sends
+                # nothing until it is consumed.
+                tuple(ipr.nlm_request(msg, msg_type=RTM_NEWLINK,
+                                      msg_flags=NLM_F_REQUEST | NLM_F_ACK | NLM_F_CREATE | NLM_F_EXCL))
 
 
 def _sysctl_script(node: NodeSpec) -> str:

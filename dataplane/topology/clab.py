@@ -252,6 +252,21 @@ def from_document(doc: dict, source: str = "<document>") -> Loaded:
     return _Reader(doc, source).read()
 
 
+def _merged_settings(layers) -> dict:
+    """A node's containerlab settings with its defaults, kind and group applied (the later
+    layer wins; mappings such as labels and env merge key by key)."""
+    merged: dict = {}
+    for layer in layers:
+        for key, value in layer.items():
+            if key == "group":
+                continue
+            if isinstance(value, dict) and isinstance(merged.get(key), dict):
+                merged[key] = {**merged[key], **value}
+            else:
+                merged[key] = value
+    return merged
+
+
 class _Reader:
     def __init__(self, doc: dict, source: str):
         self.doc, self.source = doc, source
@@ -326,7 +341,7 @@ class _Reader:
             role = infer.ROLE_LABELS[role_label]
             if role is Role.HOST and kind_role == "switch" and kind != "linux":
                 raise self.fail(f"node {name}: kind {kind} is a switch, it cannot have "
-                                "railab.role host")
+                                f"railab.role {role_label}")
             if role is not None:
                 node.role = role
             else:
@@ -338,6 +353,9 @@ class _Reader:
             if f"railab.{fact}" in labels:
                 setattr(node, fact, self._int(f"node {name}: label railab.{fact}",
                                               labels[f"railab.{fact}"], minimum))
+        if role_label == "external" or (role_label is None and kind_role == "host" and image):
+            node.external = True
+            node.container = _merged_settings(layers)
         node.labels = {k: v for k, v in labels.items()
                        if k not in RESERVED_NODE_LABELS and k != FABRIC_LABEL
                        and not k.startswith(PARAM_PREFIX)}
@@ -518,11 +536,13 @@ def to_document(topo: Topology) -> dict:
         entry: dict = {}
         if node.kind != "linux":
             entry["kind"] = node.kind
-        node_labels = {"railab.role": node.role.value}
+        node_labels = {"railab.role": "external" if node.external else node.role.value}
         for fact in NODE_INT_LABELS:
             if getattr(node, fact) is not None:
                 node_labels[f"railab.{fact}"] = str(getattr(node, fact))
         node_labels.update({k: str(v) for k, v in node.labels.items()})
+        if node.external and node.container.get("image"):
+            entry["image"] = node.container["image"]
         entry["labels"] = _Flow(node_labels)
         nodes[node.name] = entry
     plan = _address_plan(topo)

@@ -72,7 +72,8 @@ ROUTER_IMAGE_WORDS = frozenset({"frr", "frrouting", "bird", "bird2", "quagga", "
                                 "gobgp", "vyos", "sonic", "cumulus", "ceos", "crpd", "srlinux"})
 
 ROLE_LABELS = {"host": Role.HOST, "leaf": Role.LEAF, "spine": Role.SPINE, "core": Role.CORE,
-               "switch": None}  # "switch": a switch whose tier railab infers
+               "switch": None,      # a switch whose tier railab infers
+               "external": Role.HOST}  # an end node that keeps its own container
 
 
 def natural_key(text: str) -> tuple:

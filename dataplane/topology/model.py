@@ -52,6 +52,11 @@ class Node:
     index: int | None = None       # position within its role (server number, leaf number)
     gpus: int | None = None        # hosts: GPUs (= NICs) per server
     labels: dict[str, str] = field(default_factory=dict)  # extra labels, kept on write
+    # An end node that keeps its own container under the containerlab runtime (label
+    # railab.role: external, or a linux host with its own image); railab only puts the
+    # addresses and routes of its fabric links on it. The netns runtime emulates it as a host.
+    external: bool = False
+    container: dict = field(default_factory=dict)   # its containerlab settings, merged
 
 
 @dataclass
