@@ -48,8 +48,10 @@ def leftovers(lab: str, spec: LabSpec | None = None) -> list[str]:
     return found
 
 
-def railab(*args: str, check: bool = True, timeout: float = 180) -> subprocess.CompletedProcess:
-    proc = subprocess.run([*RAILAB, *args], capture_output=True, text=True, timeout=timeout, cwd=ROOT)
+def railab(*args: str, check: bool = True, timeout: float = 180,
+           env: dict | None = None) -> subprocess.CompletedProcess:
+    proc = subprocess.run([*RAILAB, *args], capture_output=True, text=True, timeout=timeout,
+                          cwd=ROOT, env=env)
     if check and proc.returncode != 0:
         raise AssertionError(f"railab {' '.join(args)} exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}")
     return proc

@@ -242,9 +242,13 @@ def test_probe_reports_failed_pairs_with_the_hop(lab_factory):
     assert all(f["died_at"] for f in report["failed"])
 
 
-def test_containerlab_runtime_says_what_is_missing():
-    proc = railab("deploy", "--runtime", "containerlab", str(shipped("clos2")), check=False)
-    if proc.returncode == 0:
-        pytest.fail("containerlab deploy unexpectedly succeeded on a machine without it")
+def test_containerlab_runtime_says_what_is_missing(tmp_path):
+    # A PATH on which neither containerlab nor docker can be found.
+    bare = {**os.environ, "PATH": f"{tmp_path}:/usr/sbin:/sbin"}
+    name = unique_name("nocl")
+    proc = railab("deploy", "--runtime", "containerlab", "--name", name, str(shipped("clos2")),
+                  check=False, env=bare)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
     lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and "containerlab" in lines[0] and "Traceback" not in proc.stderr
+    assert len(lines) == 1 and "needs containerlab and docker" in lines[0], proc.stderr
+    assert not leftovers(name)
