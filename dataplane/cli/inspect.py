@@ -17,9 +17,11 @@ def describe(spec) -> dict:
     return {
         "name": spec.name,
         "source": spec.source,
+        "runtime": spec.runtime,
         "nodes": [
             {
-                "name": n.name, "role": n.role, "netns": n.netns, "kind": n.kind,
+                "name": n.name, "role": "external" if n.external else n.role, "netns": n.netns,
+                "kind": n.kind,
                 "interfaces": [
                     {"name": i.name, "address": i.address, "peer": i.peer, "mac": i.mac,
                      "ifindex": i.ifindex, "speed_bps": i.speed_bps}
@@ -42,10 +44,11 @@ def run(args) -> int:
     if args.json:
         print(json.dumps(data, indent=2))
         return 0
-    from rich.console import Console
     from rich.table import Table
 
-    title = f"lab {data['name']} ({data['status']})"
+    from dataplane.cli.common import console
+
+    title = f"lab {data['name']} ({data['status']}, {data['runtime']} runtime)"
     if data["status"] == "broken":
         title += f": its agent or namespaces are gone; railab destroy {data['name']}"
     table = Table(title=title)
@@ -56,5 +59,5 @@ def run(args) -> int:
             first = k == 0
             table.add_row(node["name"] if first else "", node["role"] if first else "",
                           node["netns"] if first else "", iface["name"], iface["address"] or "-", iface["peer"])
-    Console().print(table)
+    console().print(table)
     return 0
