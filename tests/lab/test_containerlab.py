@@ -183,7 +183,9 @@ def test_a_containerlab_lab_railab_did_not_deploy_is_left_alone(tmp_path):
     env = {**os.environ, "CLAB_VERSION_CHECK": "disable"}
     subprocess.run(["containerlab", "deploy", "-t", str(topo)], capture_output=True, check=True, env=env)
     try:
-        railab("destroy", "--all")
+        # (not `destroy --all`: it would take the developer's own labs with it)
+        gone = railab("destroy", name)
+        assert "not deployed" in gone.stdout
         refused = railab("deploy", "--runtime", "containerlab", "--name", name, str(shipped("clos2")),
                          check=False)
         assert refused.returncode == 2
