@@ -273,3 +273,14 @@ topology:
     finally:
         railab("destroy", name, check=False)
     assert leftovers(name) == [] and _containers(name) == []
+
+
+def test_a_name_up_under_the_other_runtime_is_refused(lab_factory):
+    spec = lab_factory(shipped("clos2"), prefix="twort")
+    proc = railab("deploy", "--runtime", "containerlab", "--name", spec.name, str(shipped("clos2")),
+                  check=False)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        f"railab: error: lab {spec.name} is already deployed with the netns runtime; destroy it first"]
+    assert _containers(spec.name) == []
+    assert state.load(spec.name).spec.runtime == "netns"
