@@ -139,7 +139,9 @@ def create(spec: LabSpec) -> None:
     path = topology_file(spec.name)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(yaml.safe_dump(derived_topology(spec), sort_keys=False, width=200))
-    result = _run(["containerlab", "deploy", "-t", str(path)], timeout=600)
+    # The lab directory's ACLs are for users sharing a lab; railab's is root's, in /run.
+    result = _run(["containerlab", "deploy", "-t", str(path), "--skip-labdir-acl",
+                   "--timeout", "5m"], timeout=900)
     if result.returncode != 0:
         raise RuntimeStateError(f"lab {spec.name}: containerlab deploy failed: "
                                 f"{_clab_error(result.stdout + result.stderr)}")
