@@ -15,7 +15,7 @@ What a fault is:
 - link-down A:IF [B:IF]: both ends are set administratively down (`ip link set X down`),
   so each end also loses carrier. Both switches' agents see it through netlink (IFF_UP /
   IFF_LOWER_UP off) and stop using the port at once (local fast failover); a switch that
-  has no path left for a prefix notifies its upstream neighbours (dataplane/arn.py).
+  has no path left for a prefix notifies its upstream neighbours (dataplane/agent/monitor.py).
 - switch-down NAME: every port of the switch down (its neighbours lose carrier).
   switch-up NAME: the switch's XDP state is reset first (flowlets, queues, counters,
   exclusions, learned hosts: as after a reboot), then its ports come up.
@@ -34,7 +34,8 @@ import time
 
 from dataplane.errors import RuntimeStateError
 from dataplane.netns_util import in_netns
-from dataplane.runtime import agent_client, state
+from dataplane.agent import client
+from dataplane.runtime import state
 
 FAULTS = ("link-down", "link-up", "switch-down", "switch-up", "plane-down", "plane-up",
           "degrade", "restore", "clear")
@@ -115,7 +116,7 @@ def _set_links(items: list[tuple[object, object]], up: bool) -> int:
 
 
 def _req(lab: str, op: str, **fields):
-    return agent_client.request(lab, op, **fields)
+    return client.request(lab, op, **fields)
 
 
 def _bring_up(lab: str, first: list, then: list, settle_s: float = 0.2) -> int:

@@ -357,7 +357,7 @@ class SwitchDataplane:
         group stops using members that egress through it (group.down_mask), at once and
         without recomputing routes: flows on live members keep their member, flows of the
         dead one are re-picked among the live ones. Returns the group ids rewritten."""
-        info = self._port(ifindex)
+        info = self.port_info(ifindex)
         flags = (info.flags & ~abi.PORT_F_DOWN) | (0 if up else abi.PORT_F_DOWN)
         if flags == info.flags:
             return []
@@ -376,11 +376,11 @@ class SwitchDataplane:
         return changed
 
     def port_is_up(self, ifindex: int) -> bool:
-        return not self._port(ifindex).flags & abi.PORT_F_DOWN
+        return not self.port_info(ifindex).flags & abi.PORT_F_DOWN
 
     def set_port_learn(self, ifindex: int, learn: bool) -> None:
         """Record ARP senders seen on this port into arp_learned (host-facing ports)."""
-        info = self._port(ifindex)
+        info = self.port_info(ifindex)
         info.flags = (info.flags & ~abi.PORT_F_LEARN) | (abi.PORT_F_LEARN if learn else 0)
         self._write_port(ifindex, info)
 
@@ -697,7 +697,7 @@ class SwitchDataplane:
         (unlimited, no queue). The queue is virtual: frames are not delayed -- unless
         real_queue, which hands them to tc_handoff and the port's shaper qdisc instead of
         redirecting them (the caller sets those up first, see dataplane.realqueue)."""
-        port = self._port(ifindex)
+        port = self.port_info(ifindex)
         if speed_bps < 0 or buffer_bytes <= 0 or window_us <= 0:
             raise ValueError("speed_bps >= 0, buffer_bytes > 0, window_us > 0")
         ps_per_byte = round(8e12 / speed_bps) if speed_bps else 0
@@ -725,7 +725,7 @@ class SwitchDataplane:
 
     def port_queue_state(self, ifindex: int) -> dict:
         """queue_bytes (virtual backlog now), utilization (0..1, EWMA; 0 when stale)."""
-        port = self._port(ifindex)
+        port = self.port_info(ifindex)
         q = abi.PortQueue()
         if not self._lookup("port_queue", ct.c_uint32(port.slot), q) or not q.ps_per_byte:
             return {"queue_bytes": 0, "utilization": 0.0}
@@ -750,7 +750,7 @@ class SwitchDataplane:
         (next-hop dmac), whatever the route's group and mode say. sport/dport 0 match
         packets without ports (ICMP, fragments)."""
         self._check_switch(switch_id)
-        port = self._port(egress_ifindex)
+        port = self.port_info(egress_ifindex)
         if port.switch_id != switch_id:
             raise DataplaneError(f"ifindex {egress_ifindex} is not a port of switch {switch_id}")
         key = self._tm_key(switch_id, src, dst, sport, dport, proto)
@@ -817,7 +817,7 @@ class SwitchDataplane:
     # ------------------------------------------------------------------ counters
     def port_counters(self, ifindex: int) -> dict:
         """rx_packets, rx_bytes, tx_packets, tx_bytes, drops: {reason: n} (summed over CPUs)."""
-        port = self._port(ifindex)
+        port = self.port_info(ifindex)
         per_cpu = self._percpu("port_stats", port.slot, abi.PortStats)
         out = {f: sum(getattr(s, f) for s in per_cpu)
                for f in ("rx_packets", "rx_bytes", "tx_packets", "tx_bytes", "ecn_marked")}
@@ -850,7 +850,7 @@ class SwitchDataplane:
                 for r, name in abi.DROP_REASONS.items()}
 
     # ------------------------------------------------------------------ helpers
-    def _port(self, ifindex: int) -> abi.PortInfo:
+    def port_info(self, ifindex: int) -> abi.PortInfo:
         try:
             return self._ports[ifindex]
         except KeyError:

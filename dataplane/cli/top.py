@@ -21,8 +21,8 @@ import time
 from dataclasses import dataclass, field
 
 from dataplane.cli.common import load_lab, single_lab
+from dataplane.topology.model import TIER
 
-TIER = {"host": 0, "leaf": 1, "spine": 2, "core": 3}
 
 
 def register(sub) -> None:

@@ -16,8 +16,11 @@ import time
 from dataclasses import dataclass
 from ipaddress import IPv4Interface
 
+from dataplane.agent import client
+from dataplane.agent.protocol import CounterSnapshot
 from dataplane.experiment.spec import Experiment, ModeSpec
 from dataplane.lb import Fabric
+from dataplane.topology.model import TIER
 from dataplane.runtime.labspec import LabSpec
 from dataplane.traffic import workload as wl
 from dataplane.traffic.hostrun import flow_to_json  # noqa: F401 (re-exported)
@@ -27,22 +30,11 @@ DRAIN_POLL_S = 0.02
 DRAIN_LIMIT_S = 30.0       # a queue still full after this is stuck, not draining
 
 
-def queued_bytes(counters: dict) -> int:
-    """Bytes waiting in the fabric's emulated ports now: the virtual backlog and, for
-    real queues, what sits in their shapers."""
-    total = 0
-    for sw in counters["switches"].values():
-        for port in sw["ports"].values():
-            total += max(int(port.get("queue_bytes") or 0),
-                         int((port.get("shaper") or {}).get("backlog_bytes", 0)))
-    return total
-
-
 def wait_for_drain(fabric: Fabric, limit_s: float = DRAIN_LIMIT_S) -> float:
     """Poll until every emulated port's queue is empty (frames still queued when the
     senders stop are delivered, not counted as lost); returns the seconds waited."""
     start = time.monotonic()
-    while queued_bytes(fabric.counters()) and time.monotonic() - start < limit_s:
+    while fabric.snapshot().waiting_bytes() and time.monotonic() - start < limit_s:
         time.sleep(DRAIN_POLL_S)
     return time.monotonic() - start
 
@@ -83,61 +75,49 @@ def _spawn(args: list[str]) -> subprocess.Popen:
                             text=True)
 
 
-TIER_ORDER = {"host": 0, "leaf": 1, "spine": 2, "core": 3}
-
-
-def _first_known(values: list[int | None]) -> int:
-    """A link's count from whichever end is a switch (hosts have no counters)."""
-    return next((v for v in values if v is not None), 0)
-
-
-def _link_bytes(spec: LabSpec, before: dict, after: dict) -> list[dict]:
+def _link_bytes(spec: LabSpec, before: CounterSnapshot, after: CounterSnapshot) -> list[dict]:
+    """Per link, oriented upwards (host -> leaf -> spine -> core: a->b is "up"): bytes and
+    packets each way from whichever end is a switch (hosts have no counters), the
+    nominal speed and the emulated speed the agent reported for the link's ports."""
     roles = {n.name: n.role for n in spec.nodes}
-    b_sw, a_sw = before["switches"], after["switches"]
+    delta = after.minus(before)
 
-    def delta(node: str, port: str, field: str) -> int | None:
-        if node not in a_sw or port not in a_sw[node]["ports"]:
-            return None
-        return a_sw[node]["ports"][port][field] - b_sw[node]["ports"][port][field]
+    def count(a: tuple[str, str], b: tuple[str, str], field: str) -> int:
+        """a -> b: what a sent, else what b received, else 0."""
+        sent, got = delta.port(*a), delta.port(*b)
+        if sent is not None:
+            return getattr(sent, f"tx_{field}")
+        return getattr(got, f"rx_{field}") if got is not None else 0
 
     links, seen = [], set()
     for node in spec.nodes:
         for iface in node.interfaces:
-            peer_node, peer_if = iface.peer.split(":", 1)
             key = frozenset((f"{node.name}:{iface.name}", iface.peer))
             if key in seen:
                 continue
             seen.add(key)
-            a, b = (node.name, iface.name), (peer_node, peer_if)
-            # Orient links upwards (host -> leaf -> spine -> core) so that a->b is "up".
-            if TIER_ORDER[roles[a[0]]] > TIER_ORDER[roles[b[0]]]:
+            a, b = (node.name, iface.name), (iface.peer_node, iface.peer_if)
+            if TIER[roles[a[0]]] > TIER[roles[b[0]]]:
                 a, b = b, a
-            ab = [delta(*a, "tx_bytes"), delta(*b, "rx_bytes")]
-            ba = [delta(*b, "tx_bytes"), delta(*a, "rx_bytes")]
-            pab = [delta(*a, "tx_packets"), delta(*b, "rx_packets")]
-            pba = [delta(*b, "tx_packets"), delta(*a, "rx_packets")]
-            port = a_sw.get(a[0], {}).get("ports", {}).get(a[1], {}) or \
-                a_sw.get(b[0], {}).get("ports", {}).get(b[1], {})
+            port = after.port(*a) or after.port(*b)
             links.append({
                 "a": f"{a[0]}:{a[1]}", "b": f"{b[0]}:{b[1]}", "a_role": roles[a[0]], "b_role": roles[b[0]],
-                "bytes_ab": _first_known(ab), "bytes_ba": _first_known(ba),
-                "packets_ab": _first_known(pab), "packets_ba": _first_known(pba),
-                "speed_bps": iface.speed_bps, "scaled_bps": port.get("scaled_bps"),
+                "bytes_ab": count(a, b, "bytes"), "bytes_ba": count(b, a, "bytes"),
+                "packets_ab": count(a, b, "packets"), "packets_ba": count(b, a, "packets"),
+                # the record's names: speed_bps nominal, scaled_bps emulated (None: no port model)
+                "speed_bps": iface.speed_bps, "scaled_bps": (port.speed_bps or None) if port else None,
             })
     return links
 
 
-def _switch_totals(before: dict, after: dict) -> dict:
+def _switch_totals(before: CounterSnapshot, after: CounterSnapshot) -> dict:
     drops: dict[str, int] = {}
     ecn = 0
-    for name, data in after["switches"].items():
-        for port, c in data["ports"].items():
-            old = before["switches"][name]["ports"][port]
-            for reason, n in c.get("drops", {}).items():
-                d = n - old.get("drops", {}).get(reason, 0)
-                if d:
-                    drops[reason] = drops.get(reason, 0) + d
-            ecn += c.get("ecn_marked", 0) - old.get("ecn_marked", 0)
+    for _, _, c in after.minus(before).ports():
+        for reason, n in c.drops.items():
+            if n:
+                drops[reason] = drops.get(reason, 0) + n
+        ecn += c.ecn_marked
     return {"drops": sum(drops.values()), "drops_by_reason": drops, "ecn_marked": ecn}
 
 
@@ -206,11 +186,9 @@ PER_PACKET_MODES = ("spray-rr", "spray-random", "spraylink")
 
 def trace_flows(spec: LabSpec, flows: list[wl.Flow], ports: dict[int, str]) -> dict[int, dict]:
     """The path the data plane picks for each flow, asked of the program itself."""
-    from dataplane.runtime import agent_client
-
     keys = [{"src": f"{f.src_host}:{ports[f.flow_id]}", "src_ip": f.src_ip, "dst_ip": f.dst_ip,
              "sport": f.src_port, "dport": f.dst_port, "dqpn": f.dst_qp} for f in flows]
-    traced = agent_client.request(spec.name, "trace", flows=keys, timeout_s=120)
+    traced = client.request(spec.name, "trace", flows=keys, timeout_s=120)
     return {f.flow_id: {"key": k, **t} for f, k, t in zip(flows, keys, traced)}
 
 
@@ -262,7 +240,7 @@ def run_once(spec: LabSpec, experiment: Experiment, flows: list[wl.Flow], label:
     paths = trace_flows(spec, flows, ports)
 
     procs: dict[str, _HostProcs] = {h: _HostProcs(h, by_name[h].netns) for h in set(senders) | set(receivers)}
-    before = fabric.counters()
+    before = fabric.snapshot()
     try:
         for host in receivers:
             ports = [i.name for i in by_name[host].interfaces]
@@ -325,7 +303,7 @@ def run_once(spec: LabSpec, experiment: Experiment, flows: list[wl.Flow], label:
                 if proc is not None and proc.poll() is None:
                     proc.kill()
                     proc.wait()
-    after = fabric.counters()
+    after = fabric.snapshot()
 
     flow_records = []
     for flow in flows:

@@ -21,11 +21,12 @@ from pathlib import Path
 
 import jsonschema
 
+from dataplane import bpf_abi as abi
 from dataplane import yamlfile
 from dataplane.errors import RailabError
 from dataplane.traffic import workload as wl
 
-MODES = ("ecmp", "lbn", "flowlet", "spray-rr", "spray-random", "spraylink", "wcmp")
+MODES = tuple(abi.LB_MODES)   # the data plane's modes: a new one is usable here at once
 
 
 class ExperimentError(RailabError):
