@@ -57,9 +57,9 @@ def run(exp: Experiment, progress=None, lab_name: str | None = None) -> tuple[di
     else:
         spec = state.load(spec.name).spec
     fabric = Fabric(spec.name)
-    found_model = fabric.show()["port_model"]
+    found = fabric.show()          # load balancing and port model as the lab is now
     try:
-        fabric.set_port_model(**experiment_port_model(exp.port_model, found_model))
+        fabric.set_port_model(**experiment_port_model(exp.port_model, found["port_model"]))
         flows = wl.generate(exp.workload, runner.workload_hosts(spec))
         advance(f"{len(flows)} flows")
         results: dict = {
@@ -91,8 +91,7 @@ def run(exp: Experiment, progress=None, lab_name: str | None = None) -> tuple[di
             lifecycle.destroy(spec.name)
         elif lifecycle.is_up(spec.name):
             # Leave the lab's load balancing and ports as the experiment found them.
-            fabric.set_mode("ecmp", seed="auto")
-            fabric.set_port_model(**found_model)
+            fabric.restore(found)
     folder = write(results, exp)
     return results, folder
 

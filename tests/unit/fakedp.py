@@ -3,13 +3,16 @@ programmer and the monitor call, keeping what they write in dicts. The replies t
 programmer builds from it are the agent's real replies (same code, same field names)."""
 from __future__ import annotations
 
+from pathlib import Path
 from types import SimpleNamespace
 
 from dataplane import bpf_abi as abi
 from dataplane.agent.programmer import SwitchProgrammer
 from dataplane.runtime import labspec
 from dataplane.switch_dataplane import GroupState, hash_field_names
-from dataplane.topology.generate import generate
+from dataplane.topology import clab
+
+LABS = Path(__file__).resolve().parents[2] / "labs"
 
 
 class FakeDataplane:
@@ -105,9 +108,11 @@ class FakeDataplane:
         return {name: 0 for name in abi.DROP_REASONS.values()}
 
 
-def programmed(kind: str = "clos2", name: str = "unitlab", **kw) -> SwitchProgrammer:
-    """A programmer that has programmed a generated lab into a FakeDataplane."""
-    spec = labspec.build(generate(kind, name=name, **kw))
+def programmed(kind: str = "clos2", name: str = "unitlab") -> SwitchProgrammer:
+    """A programmer that has programmed a shipped lab into a FakeDataplane."""
+    topo = clab.read(LABS / kind / f"{kind}.clab.yml")
+    topo.name = name
+    spec = labspec.build(topo)
     programmer = SwitchProgrammer(spec, FakeDataplane())
     programmer.program()
     return programmer
