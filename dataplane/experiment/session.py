@@ -122,13 +122,12 @@ def write(results: dict, exp: Experiment) -> Path:
     folder = exp.output / f"{exp.name}-{time.strftime('%Y%m%d-%H%M%S')}"
     folder.mkdir(parents=True, exist_ok=True)
     view = report_view(results)
-    (folder / "results.json").write_text(json.dumps(results, indent=1))
     text = table.render_text(view, title=exp.name)
     if results["sweeps"]:
         text += "\n" + sweep.render_sweep_text(view)
     (folder / "table.txt").write_text(text)
     results["plots"] = [str(p) for p in plots.write_plots(view, folder)]
-    (folder / "results.json").write_text(json.dumps(results, indent=1))
+    (folder / "results.json").write_text(json.dumps(results, indent=1))    # once, complete
     return folder
 
 
