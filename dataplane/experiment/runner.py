@@ -8,20 +8,23 @@ counters and per-flow statistics from the receivers.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
 import threading
 import time
 from dataclasses import dataclass
-from ipaddress import IPv4Interface
+from ipaddress import IPv4Address, IPv4Interface, IPv4Network
 
+from dataplane import faults
 from dataplane.agent import client
 from dataplane.agent.protocol import CounterSnapshot
 from dataplane.experiment.spec import Experiment, ModeSpec
 from dataplane.lb import Fabric
-from dataplane.topology.model import TIER
+from dataplane.pathtrace import FlowKey, path_links, touches
 from dataplane.runtime.labspec import LabSpec
+from dataplane.topology.model import TIER
 from dataplane.traffic import workload as wl
 from dataplane.traffic.hostrun import flow_to_json  # noqa: F401 (re-exported)
 
@@ -132,15 +135,41 @@ _UNDO = {"link-down": "link-up", "switch-down": "switch-up", "plane-down": "plan
          "degrade": "restore"}
 
 
+def equal_buckets(samples: list[tuple[float, int]], width: float) -> list[dict]:
+    """Delivered throughput in equal buckets [k w, (k+1) w) from the common start (t = 0),
+    from cumulative byte counts sampled at any times (the first at t = 0): the count at a
+    bucket's edge is interpolated between the samples around it, so a bucket's rate does
+    not depend on when the counters happened to be read. Each point is {t: the bucket's
+    end, bps}."""
+    out: list[dict] = []
+    if len(samples) < 2 or width <= 0:
+        return out
+
+    def at(x: float) -> float:
+        for (t1, b1), (t2, b2) in zip(samples, samples[1:]):
+            if x <= t2:
+                return b1 + (b2 - b1) * (x - t1) / (t2 - t1) if t2 > t1 else b2
+        return samples[-1][1]
+
+    k = 1
+    while k * width <= samples[-1][0] + 1e-9:
+        out.append({"t": round(k * width, 4), "bps": (at(k * width) - at((k - 1) * width)) * 8 / width})
+        k += 1
+    return out
+
+
 class _RunClock(threading.Thread):
-    """While the senders run: samples delivered throughput from the switches' counters
-    and fires the experiment's scheduled faults (and their `for:` repairs) on time."""
+    """While the senders run: samples delivered bytes from the switches' counters and
+    fires the experiment's scheduled faults (and their `for:` repairs) on time. Times
+    count from the common start (mark_start(), just before the senders are told "go");
+    the timeline is made of equal buckets from it (equal_buckets)."""
 
     def __init__(self, spec: LabSpec, fabric: Fabric, events: list[dict], sample_s: float):
         super().__init__(daemon=True)
         self.spec, self.fabric, self.sample_s = spec, fabric, sample_s
+        hosts = {h.name for h in spec.hosts}
         self.host_ports = {(n.name, i.name) for n in spec.switches for i in n.interfaces
-                           if i.peer.split(":", 1)[0] in {h.name for h in spec.hosts}}
+                           if i.peer_node in hosts}
         self.pending = []
         for event in events:
             self.pending.append((event["at"], event))
@@ -149,21 +178,32 @@ class _RunClock(threading.Thread):
                 undo["fault"] = _UNDO[event["fault"]]
                 self.pending.append((event["at"] + event["for"], undo))
         self.pending.sort(key=lambda p: p[0])
+        self.samples: list[tuple[float, int]] = []
         self.timeline: list[dict] = []
         self.fired: list[dict] = []
         self.error: str | None = None
         self.stop = threading.Event()
         self.t0 = time.monotonic()
 
-    def _delivered_bytes(self) -> int:
-        switches = self.fabric.counters()["switches"]
-        return sum(switches[s]["ports"][p]["tx_bytes"] for s, p in self.host_ports
-                   if s in switches and p in switches[s]["ports"])
+    def _sample(self) -> None:
+        """(time the counters were read, bytes delivered to hosts so far)."""
+        asked = time.monotonic()
+        snap = self.fabric.snapshot()
+        t = (asked + time.monotonic()) / 2 - self.t0
+        delivered = sum(snap.port(s, p).tx_bytes for s, p in self.host_ports if snap.port(s, p))
+        self.samples.append((max(t, 0.0), delivered))
+
+    def mark_start(self) -> float:
+        """The common start: the delivered bytes now count as t = 0. Returns its time."""
+        self.t0 = time.monotonic()
+        self._sample()
+        self.samples[-1] = (0.0, self.samples[-1][1])
+        return self.t0
 
     def run(self) -> None:
-        from dataplane import faults
-
-        last_t, last_bytes = 0.0, self._delivered_bytes()
+        if not self.samples:
+            self.mark_start()
+        next_sample = self.sample_s
         while not self.stop.is_set():
             now = time.monotonic() - self.t0
             while self.pending and self.pending[0][0] <= now:
@@ -174,11 +214,12 @@ class _RunClock(threading.Thread):
                     self.fired.append({"t": time.monotonic() - self.t0, "at": at, "what": what})
                 except Exception as err:  # reported with the run, not fatal to it
                     self.error = f"event {event}: {err}"
-            if now - last_t >= self.sample_s:
-                delivered = self._delivered_bytes()
-                self.timeline.append({"t": round(now, 4), "bps": (delivered - last_bytes) * 8 / (now - last_t)})
-                last_t, last_bytes = now, delivered
+            if now >= next_sample:
+                self._sample()
+                next_sample = (int(now / self.sample_s) + 1) * self.sample_s
             self.stop.wait(min(self.sample_s / 4, 0.02))
+        self._sample()
+        self.timeline = equal_buckets(self.samples, self.sample_s)
 
 
 PER_PACKET_MODES = ("spray-rr", "spray-random", "spraylink")
@@ -193,8 +234,6 @@ def trace_flows(spec: LabSpec, flows: list[wl.Flow], ports: dict[int, str]) -> d
 
 
 def _on_failed(spec: LabSpec, path: dict, events: list[dict]) -> bool:
-    from dataplane.pathtrace import FlowKey, path_links, touches
-
     links = path_links(spec, FlowKey(**path["key"]), path)
     return any(touches(spec, links, e) for e in events
                if e["fault"] in ("link-down", "switch-down", "plane-down", "degrade"))
@@ -206,9 +245,6 @@ def pxn_relay(spec: LabSpec, flows: list[wl.Flow]) -> list[wl.Flow]:
     crosses to that GPU over NVLink (in-host) and its NIC sends it. The senders use raw
     sockets on a fixed port, so the host's relay routes (which do this for the kernel's
     own traffic) are applied here."""
-    import dataclasses
-    from ipaddress import IPv4Address, IPv4Network
-
     out = []
     for flow in flows:
         nics = spec.host_nics.get(flow.src_host, [])
@@ -262,7 +298,7 @@ def run_once(spec: LabSpec, experiment: Experiment, flows: list[wl.Flow], label:
                 err = procs[host].sender.stderr.read().strip().splitlines()
                 raise RuntimeError(f"sender in {host} failed: {err[-1] if err else line}")
         clock = _RunClock(spec, fabric, experiment.events, experiment.sample_s)
-        started = time.monotonic()
+        started = clock.mark_start()
         for host in senders:
             procs[host].sender.stdin.write("go\n")
             procs[host].sender.stdin.close()
@@ -296,7 +332,6 @@ def run_once(spec: LabSpec, experiment: Experiment, flows: list[wl.Flow], label:
             clock.stop.set()
             clock.join()
         if experiment.events:
-            from dataplane import faults
             faults.clear(spec.name)
         for p in procs.values():
             for proc in (p.sender, p.receiver):

@@ -13,8 +13,9 @@ from contextlib import nullcontext
 from pathlib import Path
 
 from dataplane.experiment import runner
-from dataplane.experiment.spec import Experiment, ModeSpec
+from dataplane.experiment.spec import Experiment, ExperimentError, ModeSpec
 from dataplane.lb import Fabric
+from dataplane.report import metrics, table
 from dataplane.runtime import labspec, lifecycle, state
 from dataplane.topology import clab
 from dataplane.traffic import workload as wl
@@ -39,8 +40,6 @@ def _steps(exp: Experiment) -> int:
 
 
 def run(exp: Experiment, progress=None, lab_name: str | None = None) -> tuple[dict, Path]:
-    from dataplane.report import metrics
-
     topo = clab.read(exp.lab_file)
     if lab_name:
         topo.name = lab_name
@@ -105,7 +104,6 @@ def report_view(results: dict) -> dict[str, list[dict]]:
 
 def check_output(folder: Path) -> None:
     """Make the results folder now, so a bad one is said before anything is deployed."""
-    from dataplane.experiment.spec import ExperimentError
     if folder.exists() and not folder.is_dir():
         raise ExperimentError(f"output folder {folder}: is a file, not a folder")
     try:
@@ -117,7 +115,8 @@ def check_output(folder: Path) -> None:
 
 
 def write(results: dict, exp: Experiment) -> Path:
-    from dataplane.report import plots, sweep, table
+    # plots and sweep import matplotlib (about a second): deferred to when results are written
+    from dataplane.report import plots, sweep
 
     folder = exp.output / f"{exp.name}-{time.strftime('%Y%m%d-%H%M%S')}"
     folder.mkdir(parents=True, exist_ok=True)
