@@ -29,27 +29,16 @@ them from any process; destroying the lab removes them with everything else.
 from __future__ import annotations
 
 import json
-import re
 import time
 
 from dataplane.errors import RuntimeStateError
+from dataplane.units import parse_speed
 from dataplane.netns_util import in_netns
 from dataplane.agent import client
 from dataplane.runtime import state
 
 FAULTS = ("link-down", "link-up", "switch-down", "switch-up", "plane-down", "plane-up",
           "degrade", "restore", "clear")
-_UNITS = {"": 1, "K": 10**3, "M": 10**6, "G": 10**9, "T": 10**12}
-
-
-def parse_speed(speed) -> int:
-    """'100G', '25g', '400Gb/s', 1e11 -> bits per second."""
-    if isinstance(speed, (int, float)):
-        return int(speed)
-    m = re.fullmatch(r"\s*([0-9.]+)\s*([KMGT]?)(?:b(?:ps|/s)?)?\s*", str(speed), re.I)
-    if not m:
-        raise ValueError(f"not a speed: {speed!r} (e.g. 100G)")
-    return int(float(m.group(1)) * _UNITS[m.group(2).upper()])
 
 
 # ------------------------------------------------------------------ lab access

@@ -13,11 +13,12 @@ import struct
 from dataclasses import dataclass
 from typing import Callable
 
+from dataplane.bpf_abi import ROCE_V2_UDP_PORT
 from dataplane.runtime.labspec import LabSpec
 
 XDP_VERDICTS = {0: "aborted", 1: "drop", 2: "pass", 3: "tx", 4: "redirect", 5: "queued"}
 FORWARDED = (4, 5)     # redirected, or handed to a real queue (XDP_PASS + handoff metadata)
-ROCE_PORT = 4791
+ROCE_PORT = ROCE_V2_UDP_PORT
 MAX_HOPS = 16
 
 # (netns, frame, ingress ifindex) -> (verdict, output frame)

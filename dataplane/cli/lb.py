@@ -7,6 +7,7 @@ import json
 from dataplane import bpf_abi as abi
 from dataplane.cli.common import single_lab
 from dataplane.errors import UsageError
+from dataplane.units import fmt_speed
 
 
 def register(sub) -> None:
@@ -99,13 +100,6 @@ def run_set(args) -> int:
     else:
         print(f"lab {lab}: {len(result['groups'])} groups on {', '.join(result['switches'])} updated")
     return 0
-
-
-def fmt_speed(bps: float) -> str:
-    for unit, div in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
-        if bps >= div:
-            return f"{bps / div:g}{unit}"
-    return f"{bps:g}"
 
 
 def run_show(args) -> int:

@@ -1,7 +1,7 @@
 """`railab top [LAB] [--interval 0.5] [--once] [--switch NAME] [--limit N]`: a live view of
 the fabric's switch ports, busiest first.
 
-Every poll asks the lab's agent for its counters (`agent_client.request(lab, "counters")`).
+Every poll asks the lab's agent for its counters (`dataplane.agent.client`).
 Rates come from counter deltas between two polls divided by the time between them:
   tx/rx rate  = delta tx_bytes/rx_bytes x 8 / dt (b/s)
   util        = tx rate / emulated port speed (None when the port has no port model)
@@ -20,8 +20,10 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
+from dataplane.agent import client
 from dataplane.cli.common import load_lab, single_lab
 from dataplane.topology.model import TIER
+from dataplane.units import fmt_bps
 
 
 
@@ -139,12 +141,7 @@ def compute_rows(prev: dict | None, cur: dict, dt: float, spec=None) -> list[Por
 # ----------------------------------------------------------------------------- display
 
 def _bps(v: float | None) -> str:
-    if v is None:
-        return "-"
-    for unit, div in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
-        if v >= div:
-            return f"{v / div:.3g}{unit}"
-    return f"{v:.0f}"
+    return fmt_bps(v, short=True, small=".0f")
 
 
 def _bar(frac: float | None, width: int = 6) -> str:
@@ -214,10 +211,8 @@ def build_table(rows: list[PortRow], *, lab: str = "", interval: float | None = 
 
 
 def poll(lab: str, switch: str | None = None) -> tuple[dict, float]:
-    from dataplane.runtime import agent_client
-
     before = time.monotonic()
-    counters = agent_client.request(lab, "counters", switch=switch)
+    counters = client.request(lab, "counters", switch=switch)
     return counters, (before + time.monotonic()) / 2
 
 

@@ -24,7 +24,9 @@ import jsonschema
 from dataplane import bpf_abi as abi
 from dataplane import yamlfile
 from dataplane.errors import RailabError
+from dataplane.topology import clab
 from dataplane.traffic import workload as wl
+from dataplane.units import parse_speed
 
 MODES = tuple(abi.LB_MODES)   # the data plane's modes: a new one is usable here at once
 
@@ -232,9 +234,6 @@ def _check_events(source: Path, lab_file: Path, events: list[dict], duration: fl
     """Events name real endpoints, switches and planes of the lab, inside the run."""
     if not events:
         return []
-    from dataplane.faults import parse_speed
-    from dataplane.topology import clab
-
     topo = clab.read(lab_file)
     endpoints = {f"{l.a.node}:{l.a.interface}" for l in topo.links} | \
                 {f"{l.b.node}:{l.b.interface}" for l in topo.links}
