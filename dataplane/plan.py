@@ -366,6 +366,31 @@ class RailPlan:
             "switch_ports_used": self.switch_ports_used_per_plane,
         }
 
+    def generator_params(self) -> tuple[str, dict[str, Any]]:
+        """(kind, parameters) of the `railab topo gen` call that builds this plan, or a
+        PlanError saying what the generator cannot express."""
+        kind = {1: "rail-only" if not self.spines_per_plane else "rail-optimized",
+                2: "dual-plane"}.get(self.planes)
+        if kind is None or (kind == "dual-plane" and not self.spines_per_plane):
+            raise PlanError(f"{self.design}: {self.planes} plane(s)"
+                            f"{'' if self.spines_per_plane else ' without spines'}; the generator "
+                            "builds one plane, or two with spines (dual-plane)")
+        if self.rails_per_leaf > 1:
+            raise PlanError(f"{self.rails_per_leaf} rails share a leaf in this plan; the generator "
+                            "gives every rail its own leaves")
+        if self.link_speed and self.link_speed != self.host_port_speed:
+            raise PlanError(f"leaf-spine links at {format_speed(self.link_speed)} and host ports at "
+                            f"{format_speed(self.host_port_speed)}: the generator builds every link "
+                            "at one speed")
+        params: dict[str, Any] = {"servers": self.servers, "rails": self.gpus_per_server,
+                                  "leaf_ports": self.leaf_downlinks + self.leaf_uplinks,
+                                  "speed": f"{self.host_port_speed}G"}
+        if self.spines_per_plane:
+            params.update(spines=self.spines_per_plane, links_per_spine=self.links_per_leaf_spine)
+        if kind == "dual-plane":
+            params["planes"] = 2
+        return kind, params
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "design": self.design,
