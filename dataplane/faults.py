@@ -31,11 +31,13 @@ from __future__ import annotations
 import json
 import time
 
-from dataplane.errors import RuntimeStateError
-from dataplane.units import parse_speed
-from dataplane.netns_util import in_netns
+from pyroute2 import IPRoute
+
 from dataplane.agent import client
+from dataplane.errors import RuntimeStateError
+from dataplane.netns_util import in_netns
 from dataplane.runtime import state
+from dataplane.units import parse_speed
 
 FAULTS = ("link-down", "link-up", "switch-down", "switch-up", "plane-down", "plane-up",
           "degrade", "restore", "clear")
@@ -85,7 +87,6 @@ def _endpoint(spec, ref: str):
 def _set_links(items: list[tuple[object, object]], up: bool) -> int:
     """Set interfaces up/down over netlink in their namespaces; returns the monotonic ns
     taken right before the first change."""
-    from pyroute2 import IPRoute
     by_ns: dict[str, list[int]] = {}
     for node, iface in items:
         by_ns.setdefault(node.netns, []).append(iface.ifindex)
@@ -134,7 +135,6 @@ def _switch_ports(lab: str) -> set[int]:
 
 def _all_carrier(items) -> bool:
     """Every interface has its carrier back (IFF_LOWER_UP), read over netlink."""
-    from pyroute2 import IPRoute
     by_ns: dict[str, list[int]] = {}
     for node, iface in items:
         by_ns.setdefault(node.netns, []).append(iface.ifindex)

@@ -24,9 +24,16 @@ import socket
 import time
 from pathlib import Path
 
+from pyroute2 import IPRoute
+from pyroute2.netlink import NLA_F_NESTED, NLM_F_ACK, NLM_F_REQUEST, nla
+from pyroute2.netlink.exceptions import NetlinkError
+from pyroute2.netlink.rtnl import RTM_SETLINK
+from pyroute2.netlink.rtnl.ifinfmsg import ifinfmsg
+
 from dataplane import bpf_abi as abi
 from dataplane.errors import RuntimeStateError
 from dataplane.netns_util import in_netns
+from dataplane.progtest import obj_pin
 
 BPF_DIR = Path(__file__).resolve().parent.parent / "bpf"
 SWITCH_C = BPF_DIR / "switch.c"
@@ -49,8 +56,10 @@ class DataplaneError(RuntimeStateError):
     """The data plane cannot do what was asked (bad id, unknown port, map full, ...)."""
 
 
+# bcc is imported where it is used, on purpose: it is only on root/test machines, and the
+# CLI, the unit tests and the agent's protocol must load without it.
 def _lib():
-    from bcc.libbcc import lib  # imported lazily: bcc is only on root/test machines
+    from bcc.libbcc import lib
     return lib
 
 
@@ -140,7 +149,7 @@ class SwitchDataplane:
                  max_learned: int = abi.MAX_LEARNED, port_index_slots: int | None = None,
                  route_cache_slots: int = abi.ROUTE_CACHE_SLOTS, debug: bool = False,
                  extra_cflags: list[str] | tuple[str, ...] = ()):
-        from bcc import BPF
+        from bcc import BPF      # deferred on purpose (see _lib)
 
         if not 1 <= max_ports <= 65536:
             raise ValueError("max_ports must be 1..65536 (slots are u16)")
@@ -259,7 +268,6 @@ class SwitchDataplane:
         directory = os.path.abspath(directory)
         _ensure_bpffs(directory)
         os.makedirs(directory, exist_ok=True)
-        from dataplane.progtest import obj_pin
         names = [*PINNED_PROGS, *abi.MAPS]
         taken = [n for n in names if os.path.lexists(os.path.join(directory, n))]
         if taken:
@@ -897,8 +905,6 @@ def _xdp_setlink_class():
 
     pyroute2 0.7 (Debian 12) encodes IFLA_XDP_FLAGS as a 2-byte big-endian field, which
     the kernel refuses with ERANGE, so the attribute layout is spelled out here."""
-    from pyroute2.netlink import NLA_F_NESTED, nla
-    from pyroute2.netlink.rtnl.ifinfmsg import ifinfmsg
 
     class xdp_setlink(ifinfmsg):
         nla_map = ((43, "IFLA_XDP", "xdp"),)   # IFLA_XDP in linux/if_link.h
@@ -911,8 +917,6 @@ def _xdp_setlink_class():
 
 
 def _set_xdp(ipr, ifindex: int, fd: int, flags: int) -> None:
-    from pyroute2.netlink import NLM_F_ACK, NLM_F_REQUEST
-    from pyroute2.netlink.rtnl import RTM_SETLINK
     msg = _xdp_setlink_class()()
     msg["index"] = ifindex
     msg["attrs"] = [("IFLA_XDP", {"attrs": [("IFLA_XDP_FD", fd), ("IFLA_XDP_FLAGS", flags)]})]
@@ -921,7 +925,6 @@ def _set_xdp(ipr, ifindex: int, fd: int, flags: int) -> None:
 
 
 def _ipr_in(netns: str | None):
-    from pyroute2 import IPRoute
     with in_netns(netns):   # the netlink socket stays bound to the netns it was opened in
         return IPRoute()
 
@@ -948,7 +951,6 @@ def attach_xdp(netns: str, ifindex: int, prog_fd: int, *, mode: str = "drv") -> 
     mode 'drv' (native; veth supports it) falls back to 'generic' only if the
     driver attach fails. Returns the mode used.
     """
-    from pyroute2.netlink.exceptions import NetlinkError
     if mode not in _XDP_MODE_FLAGS:
         raise ValueError(f"unknown XDP mode {mode!r}")
     ipr = _ipr_in(netns)

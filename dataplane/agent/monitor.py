@@ -62,7 +62,10 @@ import struct
 import threading
 import time
 
+from pyroute2 import IPRoute
+
 from dataplane.netns_util import in_netns
+from dataplane.settings import merged
 
 log = logging.getLogger("railab.arn")
 
@@ -143,7 +146,6 @@ def _parse_links(data: bytes):
 
 def _link_states(netns: str, ifindexes: list[int]) -> dict[int, bool]:
     """{ifindex: IFF_UP and IFF_LOWER_UP} read over netlink in netns."""
-    from pyroute2 import IPRoute
     with in_netns(netns):
         ipr = IPRoute()
     try:
@@ -221,7 +223,6 @@ class FabricMonitor:
             s.close()
 
     def configure(self, **changes) -> dict:
-        from dataplane.settings import merged
         new = merged(self.cfg, changes, DEFAULTS, "ARN")
         for k, (low, high) in SETTING_RANGES.items():
             if not (math.isfinite(new[k]) and low <= new[k] <= high):

@@ -79,10 +79,10 @@ class PortModel(Request):
 
 
 @dataclass
-class TmAdd(Request):
-    op: ClassVar[str] = "tm_add"
+class TmDel(Request):
+    """A traffic-matrix entry of a switch: its 5-tuple."""
+    op: ClassVar[str] = "tm_del"
     switch: str = ""
-    egress: str = ""
     src: str = ""
     dst: str = ""
     sport: int = 0
@@ -91,14 +91,10 @@ class TmAdd(Request):
 
 
 @dataclass
-class TmDel(Request):
-    op: ClassVar[str] = "tm_del"
-    switch: str = ""
-    src: str = ""
-    dst: str = ""
-    sport: int = 0
-    dport: int = 0
-    proto: str | int = "udp"
+class TmAdd(TmDel):
+    """The 5-tuple leaves the switch by interface `egress`, whatever the mode."""
+    op: ClassVar[str] = "tm_add"
+    egress: str = ""
 
 
 @dataclass

@@ -6,6 +6,7 @@ import time
 
 from dataplane.agent import client
 from dataplane.cli.common import load_lab, single_lab
+from dataplane.probe import run_probe, send_once
 
 
 def register(sub) -> None:
@@ -27,8 +28,6 @@ def _counter_totals(lab: str) -> dict[str, dict]:
 
 
 def make_tracer(spec):
-    from dataplane.probe import send_once
-
     def trace(src, dst) -> str:
         before = _counter_totals(spec.name)
         send_once(spec, src, dst)
@@ -51,8 +50,6 @@ def make_tracer(spec):
 
 
 def run(args) -> int:
-    from dataplane.probe import run_probe
-
     lab = single_lab(args.lab)
     spec = load_lab(lab).spec
     result = run_probe(spec, tracer=make_tracer(spec))

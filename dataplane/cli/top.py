@@ -17,11 +17,18 @@ tested with synthetic snapshots; `run` only polls and displays.
 """
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, field
 
+from rich import box
+from rich.console import Console
+from rich.live import Live
+from rich.table import Table
+
 from dataplane.agent import client
 from dataplane.cli.common import load_lab, single_lab
+from dataplane.errors import UsageError
 from dataplane.topology.model import TIER
 from dataplane.units import fmt_bps
 
@@ -155,8 +162,6 @@ def _bar(frac: float | None, width: int = 6) -> str:
 
 def build_table(rows: list[PortRow], *, lab: str = "", interval: float | None = None,
                 limit: int | None = None, stamp: str | None = None):
-    from rich import box
-    from rich.table import Table
 
     shown = rows if not limit or limit <= 0 else rows[:limit]
     up = [r for r in rows if r.direction == "up"]
@@ -217,11 +222,6 @@ def poll(lab: str, switch: str | None = None) -> tuple[dict, float]:
 
 
 def run(args) -> int:
-    from rich.console import Console
-
-    import math
-
-    from dataplane.errors import UsageError
     if not (math.isfinite(args.interval) and 0 < args.interval <= 3600):
         raise UsageError(f"--interval {args.interval}: must be more than 0 and at most 3600 seconds")
     if args.limit is not None and args.limit < 1:
@@ -238,8 +238,6 @@ def run(args) -> int:
         rows = compute_rows(prev, cur, t_cur - t_prev, spec)
         console.print(build_table(rows, lab=lab, interval=args.interval, limit=args.limit))
         return 0
-    from rich.live import Live
-
     def limit() -> int:
         return args.limit if args.limit is not None else max(5, console.size.height - 9)
 

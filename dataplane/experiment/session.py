@@ -12,6 +12,8 @@ import time
 from contextlib import nullcontext
 from pathlib import Path
 
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
 from dataplane.experiment import runner
 from dataplane.experiment.spec import Experiment, ExperimentError, ModeSpec
 from dataplane.lb import Fabric
@@ -133,6 +135,5 @@ def write(results: dict, exp: Experiment) -> Path:
 def progress_bar(enabled: bool):
     if not enabled:
         return nullcontext(None)
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     return Progress(TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(), transient=True)

@@ -24,6 +24,7 @@ import jsonschema
 from dataplane import bpf_abi as abi
 from dataplane import yamlfile
 from dataplane.errors import RailabError
+from dataplane.runtime import labspec
 from dataplane.topology import clab
 from dataplane.traffic import workload as wl
 from dataplane.units import parse_speed
@@ -203,8 +204,6 @@ def _check_mode_targets(source: Path, lab_file: Path, modes: list[ModeSpec]) -> 
     if not any(m.options.get("switch") or m.options.get("weights") is not None
                or m.options.get("seed") is not None for m in modes):
         return
-    from dataplane.runtime import labspec
-    from dataplane.topology import clab
 
     spec = labspec.build(clab.read(lab_file), str(lab_file))
     roles = {n.name: n.role for n in spec.switches}

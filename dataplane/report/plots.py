@@ -25,8 +25,10 @@ from matplotlib.cm import ScalarMappable
 from matplotlib.collections import LineCollection
 from matplotlib.colors import Normalize
 from matplotlib.figure import Figure
+from matplotlib.transforms import blended_transform_factory
 
 from dataplane.report import metrics as m
+from dataplane.report import sweep
 from dataplane.report.table import fmt_bps, fmt_us
 from dataplane.topology.model import TIER
 
@@ -166,7 +168,6 @@ def plot_uplink_loads(results, path) -> Path | None:
 
 def _group_ticks(ax, ups: list[dict]) -> None:
     """Port names as tick labels, the switch name once under its group of bars."""
-    from matplotlib.transforms import blended_transform_factory
 
     n = len(ups)
     ports = [u["lower"].split(":", 1)[-1] for u in ups]
@@ -480,8 +481,6 @@ def plot_timeline(results, path) -> Path | None:
 
 def write_plots(results, folder) -> list[Path]:
     """Write every picture the results allow into `folder`; the paths written."""
-    from dataplane.report import sweep
-
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     groups = m.group_runs(results)

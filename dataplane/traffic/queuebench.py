@@ -6,6 +6,11 @@ from __future__ import annotations
 import uuid
 from pathlib import Path
 
+from dataplane.lb import Fabric
+from dataplane.runtime import labspec, lifecycle
+from dataplane.topology.clab import read
+from dataplane.traffic import iperf
+
 # (label, port-model scale): 400G ports emulated at 10 Mb/s and at 10 Gb/s
 SPEEDS = (("10 Mb/s", 1 / 40000), ("10 Gb/s", 1 / 40))
 QUEUES = ("virtual", "real")
@@ -14,11 +19,6 @@ NOMINAL_BPS = 400e9
 
 def bench_queue(duration_s: float = 3.0) -> list[dict]:
     """One row per (port speed, queue kind): TCP goodput and its share of the port."""
-    from dataplane.lb import Fabric
-    from dataplane.runtime import labspec, lifecycle
-    from dataplane.topology.clab import read
-    from dataplane.traffic import iperf
-
     path = Path(__file__).resolve().parents[2] / "labs" / "clos2" / "clos2.clab.yml"
     topo = read(path)
     topo.name = f"bench-queue-{uuid.uuid4().hex[:6]}"
