@@ -69,7 +69,7 @@ def trace(spec: LabSpec, key: FlowKey, run_frame: RunFrame) -> dict:
             by_mac[_mac(iface.mac)] = (node.name, iface.name)
     host, port = key.src.split(":", 1)
     start = nodes[host].interface(port)
-    switch, ingress = start.peer.split(":", 1)
+    switch, ingress = start.peer_node, start.peer_if
     frame = build_frame(key, start.mac, start.peer_mac)
     hops: list[dict] = []
     for _ in range(MAX_HOPS):
@@ -84,7 +84,7 @@ def trace(spec: LabSpec, key: FlowKey, run_frame: RunFrame) -> dict:
             hops.append({"switch": switch, "in": ingress, "out": None})
             return {"hops": hops, "end": None, "verdict": "unknown next hop"}
         far_node, far_if = far
-        egress = nodes[far_node].interface(far_if).peer.split(":", 1)[1]
+        egress = nodes[far_node].interface(far_if).peer_if
         hops.append({"switch": switch, "in": ingress, "out": egress})
         if nodes[far_node].role == "host":
             return {"hops": hops, "end": f"{far_node}:{far_if}", "verdict": "delivered"}

@@ -78,8 +78,7 @@ def port_directory(spec) -> dict[tuple[str, str], dict]:
         if node.role == "host":
             continue
         for iface in node.interfaces:
-            peer_node = iface.peer.split(":", 1)[0]
-            mine, theirs = TIER.get(node.role), TIER.get(roles.get(peer_node, ""))
+            mine, theirs = TIER.get(node.role), TIER.get(roles.get(iface.peer_node, ""))
             direction = "" if mine is None or theirs is None else ("up" if theirs > mine else "down")
             out[(node.name, iface.name)] = {"peer": iface.peer, "direction": direction,
                                             "nominal_bps": iface.speed_bps}

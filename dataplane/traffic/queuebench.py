@@ -24,8 +24,8 @@ def bench_queue(duration_s: float = 3.0) -> list[dict]:
     topo.name = f"bench-queue-{uuid.uuid4().hex[:6]}"
     spec = labspec.build(topo, str(path))
     src = spec.hosts[0]
-    src_leaf = src.interfaces[0].peer.split(":")[0]
-    dst = next(h for h in spec.hosts if h.interfaces[0].peer.split(":")[0] != src_leaf)
+    src_leaf = src.interfaces[0].peer_node
+    dst = next(h for h in spec.hosts if h.interfaces[0].peer_node != src_leaf)
     dst_ip = spec.host_nics[dst.name][0].address.split("/")[0]
     src_ip = spec.host_nics[src.name][0].address.split("/")[0]
     rows = []
