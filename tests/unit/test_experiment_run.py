@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import json
-import threading
 import time
 from pathlib import Path
 from types import SimpleNamespace
@@ -14,28 +13,25 @@ from dataplane.experiment import runner, session
 
 
 class _GrowingFabric:
-    """Counters of a lab whose host ports deliver `rate` bytes per second from `go`,
-    read slowly (as a busy agent answers)."""
+    """Counters (the agent's reply shape) of a lab whose host ports each deliver
+    `rate` bytes per second from `go`, counted the moment they are asked for."""
 
-    def __init__(self, programmer, rate: float, delay_s: float):
-        self.p, self.rate, self.delay_s = programmer, rate, delay_s
+    def __init__(self, programmer, rate: float):
+        self.rate = rate
         self.go: float | None = None
-        self.lock = threading.Lock()
+        self.snap = CounterSnapshot.from_wire(programmer.counters())
+        hosts = {h.name for h in programmer.spec.hosts}
+        self.host_ports = [self.snap.port(n.name, i.name) for n in programmer.spec.switches
+                           for i in n.interfaces if i.peer_node in hosts]
 
     def snapshot(self, switch=None) -> CounterSnapshot:
-        with self.lock:
-            time.sleep(self.delay_s / 2)
-            since = 0.0 if self.go is None else max(time.monotonic() - self.go, 0.0)
-            hosts = {h.name for h in self.p.spec.hosts}
-            for node in self.p.spec.switches:
-                for iface in node.interfaces:
-                    if iface.peer_node in hosts:
-                        self.p.dp.tx[iface.ifindex] = int(self.rate * since / 16)
-            snap = CounterSnapshot.from_wire(self.p.counters())
-            time.sleep(self.delay_s / 2)
-            return snap
+        since = 0.0 if self.go is None else max(time.monotonic() - self.go, 0.0)
+        for port in self.host_ports:
+            port.tx_bytes = int(self.rate * since)
+        return self.snap
 
-    counters = snapshot
+    def counters(self, switch=None) -> dict:
+        return self.snapshot().to_wire()
 
 
 def test_timeline_buckets_are_equal_and_start_at_the_common_start():
@@ -43,8 +39,8 @@ def test_timeline_buckets_are_equal_and_start_at_the_common_start():
     from a different start than the bytes it counted. Buckets are now equal, from the
     moment the senders are told to go."""
     p = programmed()
-    rate = 1_000_000                          # bytes/s delivered to all hosts together
-    fabric = _GrowingFabric(p, rate * 16 / 16, delay_s=0.03)
+    rate = 62_500                             # bytes/s per host port
+    fabric = _GrowingFabric(p, rate)
     clock = runner._RunClock(p.spec, fabric, [], sample_s=0.05)
     time.sleep(0.1)                           # senders start up after the clock is made
     clock.mark_start()
@@ -57,8 +53,7 @@ def test_timeline_buckets_are_equal_and_start_at_the_common_start():
     assert len(ts) >= 10
     assert ts == [round(0.05 * (k + 1), 4) for k in range(len(ts))]
     rates = [pt["bps"] / 8 for pt in clock.timeline]
-    hosts = sum(1 for n in p.spec.switches for i in n.interfaces if i.peer_node in {h.name for h in p.spec.hosts})
-    expected = rate / 16 * hosts
+    expected = rate * len(fabric.host_ports)
     assert all(abs(r - expected) <= 0.1 * expected for r in rates), (expected, rates)
 
 
