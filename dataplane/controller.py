@@ -77,7 +77,7 @@ def _distances(graph, sources: list[str]) -> dict[str, int]:
     queue = deque(sources)
     while queue:
         node = queue.popleft()
-        for nbr, _, _ in graph[node]:
+        for nbr, *_ in graph[node]:
             if nbr not in dist:
                 dist[nbr] = dist[node] + 1
                 queue.append(nbr)

@@ -201,3 +201,17 @@ def test_arn_ports_follow_the_routing_state():
     gid = p._group("leaf1", ("up1",), {i.name: i for i in leaf1.interfaces})
     p.routing.add_prefix(gid, p.spec.segments[0])
     assert ("up1", gid) in targets()
+
+
+def test_learned_host_routes_follow_the_controllers_next_hop_rule():
+    """A host learned on a leaf port becomes a /32 on every switch of the leaf's plane,
+    over the same next hops the controller gives the leaf's segment."""
+    p = programmed("dual-plane")
+    leaf = p.spec.node("p0-leaf1-r1")
+    iface = leaf.interface("down2")
+    done = p.install_host_route(leaf, iface, "10.0.1.3")
+    assert done[0] == leaf.name and set(done) == {n.name for n in p.spec.switches if n.plane == 0}
+    segment = next(r for r in p.spec.routes["p0-spine1"] if r.prefix.startswith("10.0.1."))
+    gid = p.routing.host_routes[("p0-spine1", "10.0.1.3/32")]
+    assert p.routing.members[gid] == segment.nexthops
+    assert p.routing.members[p.routing.host_routes[(leaf.name, "10.0.1.3/32")]] == ["down2"]
