@@ -27,7 +27,8 @@ from dataplane.agent import protocol as proto
 from dataplane.agent.monitor import FabricMonitor
 from dataplane.agent.programmer import SwitchProgrammer
 from dataplane.runtime import state
-from dataplane.switch_dataplane import SwitchDataplane, attach_xdp
+from dataplane.bpfio import attach_xdp
+from dataplane.switch_dataplane import SwitchDataplane
 
 
 class _Handler(socketserver.StreamRequestHandler):
