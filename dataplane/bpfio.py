@@ -9,10 +9,9 @@ import errno
 import os
 
 from pyroute2 import IPRoute
-from pyroute2.netlink import NLA_F_NESTED, NLM_F_ACK, NLM_F_REQUEST, nla
+from pyroute2.netlink import NLA_F_NESTED, NLM_F_ACK, NLM_F_REQUEST, nla, nlmsg
 from pyroute2.netlink.exceptions import NetlinkError
 from pyroute2.netlink.rtnl import RTM_SETLINK
-from pyroute2.netlink.rtnl.ifinfmsg import ifinfmsg
 
 from dataplane.errors import RuntimeStateError
 from dataplane.netns_util import in_netns
@@ -129,20 +128,30 @@ def _ensure_bpffs(directory: str) -> None:
 
 
 # ---------------------------------------------------------------------- attach / detach
+_XDP_SETLINK = None
+
+
 def _xdp_setlink_class():
     """An RTM_SETLINK message that carries only IFLA_XDP, with the kernel's own types.
 
     pyroute2 0.7 (Debian 12) encodes IFLA_XDP_FLAGS as a 2-byte big-endian field, which
-    the kernel refuses with ERANGE, so the attribute layout is spelled out here."""
+    the kernel refuses with ERANGE, so the attribute layout is spelled out here. It derives
+    from nlmsg, not ifinfmsg: a subclass of ifinfmsg would inherit ifinfmsg's attribute
+    tables once pyroute2 has compiled them (after any link dump), and with them the bug."""
+    global _XDP_SETLINK
+    if _XDP_SETLINK is None:
+        class xdp_setlink(nlmsg):
+            prefix = "IFLA_"
+            fields = (("family", "B"), ("__align", "x"), ("ifi_type", "H"), ("index", "i"),
+                      ("flags", "I"), ("change", "I"))   # struct ifinfomsg
+            nla_map = ((43, "IFLA_XDP", "xdp"),)        # IFLA_XDP in linux/if_link.h
 
-    class xdp_setlink(ifinfmsg):
-        nla_map = ((43, "IFLA_XDP", "xdp"),)   # IFLA_XDP in linux/if_link.h
+            class xdp(nla):
+                nla_flags = NLA_F_NESTED
+                nla_map = ((1, "IFLA_XDP_FD", "int32"), (3, "IFLA_XDP_FLAGS", "uint32"))
 
-        class xdp(nla):
-            nla_flags = NLA_F_NESTED
-            nla_map = ((1, "IFLA_XDP_FD", "int32"), (3, "IFLA_XDP_FLAGS", "uint32"))
-
-    return xdp_setlink
+        _XDP_SETLINK = xdp_setlink
+    return _XDP_SETLINK
 
 
 def _set_xdp(ipr, ifindex: int, fd: int, flags: int) -> None:

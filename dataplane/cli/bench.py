@@ -29,6 +29,9 @@ def register(sub) -> None:
     which = p.add_subparsers(dest="bench", metavar="BENCH", required=True)
     d = which.add_parser("deploy", help="deploy/destroy time and peak memory, small and large lab")
     d.add_argument("--repeat", type=_positive(int), default=1)
+    d.add_argument("--runtime", choices=("netns", "containerlab"), default="netns",
+                   help="containerlab: rows for the containerlab runtime next to the netns runtime's")
+    d.add_argument("--json", action="store_true")
     d.set_defaults(func=run_deploy)
     dp = which.add_parser("dataplane", help="per-packet cost of each load-balancing mode "
                                             "(BPF_PROG_TEST_RUN), next to a bare redirect")
@@ -75,38 +78,55 @@ def _labs():
 
 
 def run_deploy(args) -> int:
-    from rich.console import Console
+    import json
+
     from rich.table import Table
 
+    from dataplane.cli.common import console
     from dataplane.runtime import labspec, lifecycle, state
 
     lifecycle.require_root()
+    runtimes = ["netns"] + (["containerlab"] if args.runtime == "containerlab" else [])
+    rows = []
+    for label, topo in _labs():
+        for runtime in runtimes:
+            for _ in range(args.repeat):
+                topo.name = f"bench-{uuid.uuid4().hex[:6]}"
+                spec = labspec.build(topo, "bench", runtime=runtime)
+                before = _mem_used_kib()
+                t0 = time.monotonic()
+                try:
+                    lifecycle.deploy(spec)
+                    deploy_s = time.monotonic() - t0
+                    after = _mem_used_kib()
+                    agent_pid = state.load(spec.name).agent_pid
+                    agent_kib = _vm_hwm_kib(agent_pid)
+                finally:
+                    t1 = time.monotonic()
+                    lifecycle.destroy(spec.name)
+                    destroy_s = time.monotonic() - t1
+                rows.append({
+                    "lab": label, "runtime": runtime, "nodes": len(spec.nodes),
+                    "links": sum(len(n.interfaces) for n in spec.nodes) // 2,
+                    "deploy_s": round(deploy_s, 2), "destroy_s": round(destroy_s, 2),
+                    "agent_peak_mib": round(agent_kib / 1024),
+                    "deployer_peak_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
+                    "system_delta_mib": round((after - before) / 1024),
+                })
+    if args.json:
+        print(json.dumps({"bench": "deploy", "rows": rows}, indent=2))
+        return 0
     table = Table(title="railab bench deploy")
     table.add_column("lab", no_wrap=True)
-    for column in ("nodes", "links", "deploy s", "destroy s", "agent peak MiB",
-                   "deployer peak MiB", "system delta MiB"):
-        table.add_column(column, justify="right")
-    for label, topo in _labs():
-        for _ in range(args.repeat):
-            topo.name = f"bench-{uuid.uuid4().hex[:6]}"
-            spec = labspec.build(topo, "bench")
-            before = _mem_used_kib()
-            t0 = time.monotonic()
-            try:
-                lifecycle.deploy(spec)
-                deploy_s = time.monotonic() - t0
-                after = _mem_used_kib()
-                agent_pid = state.load(spec.name).agent_pid
-                agent_kib = _vm_hwm_kib(agent_pid)
-            finally:
-                t1 = time.monotonic()
-                lifecycle.destroy(spec.name)
-                destroy_s = time.monotonic() - t1
-            self_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-            table.add_row(label, str(len(spec.nodes)), str(sum(len(n.interfaces) for n in spec.nodes) // 2),
-                          f"{deploy_s:.2f}", f"{destroy_s:.2f}", f"{agent_kib / 1024:.0f}",
-                          f"{self_kib / 1024:.0f}", f"{(after - before) / 1024:.0f}")
-    Console().print(table)
+    table.add_column("runtime", no_wrap=True)
+    columns = {"nodes": "nodes", "links": "links", "deploy_s": "deploy s", "destroy_s": "destroy s",
+               "agent_peak_mib": "agent peak MiB", "deployer_peak_mib": "deployer peak MiB",
+               "system_delta_mib": "system delta MiB"}
+    for title in columns.values():
+        table.add_column(title, justify="right", no_wrap=True)
+    for row in rows:
+        table.add_row(row["lab"], row["runtime"], *(str(row[key]) for key in columns))
+    console().print(table)
     return 0
 
 

@@ -22,3 +22,13 @@ def single_lab(lab: str | None) -> str:
     if not labs:
         raise RuntimeStateError("no lab is deployed")
     raise RuntimeStateError(f"several labs are deployed ({', '.join(labs)}): name one")
+
+
+def console():
+    """A rich Console for a command's output. Piped or redirected output gets no width
+    limit (rich would cut tables to 80 columns and hide digits); a terminal its own width."""
+    import sys
+
+    from rich.console import Console
+
+    return Console(width=None if sys.stdout.isatty() else 1000)

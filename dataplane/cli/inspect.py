@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import json
 
-from rich.console import Console
 from rich.table import Table
 
-from dataplane.cli.common import load_lab, single_lab
+from dataplane.cli.common import console, load_lab, single_lab
 from dataplane.runtime import lifecycle, state
 
 
@@ -22,9 +21,11 @@ def describe(spec) -> dict:
     return {
         "name": spec.name,
         "source": spec.source,
+        "runtime": spec.runtime,
         "nodes": [
             {
-                "name": n.name, "role": n.role, "netns": n.netns, "kind": n.kind,
+                "name": n.name, "role": "external" if n.external else n.role, "netns": n.netns,
+                "kind": n.kind,
                 "interfaces": [
                     {"name": i.name, "address": i.address, "peer": i.peer, "mac": i.mac,
                      "ifindex": i.ifindex, "speed_bps": i.speed_bps}
@@ -48,7 +49,8 @@ def run_all(labs: list[str], as_json: bool) -> int:
     for lab in labs:
         lab_state = state.load(lab)
         if lab_state is None:      # only namespaces or pinned objects are left
-            described.append({"name": lab, "status": "leftovers", "nodes": [], "source": None, "kind": None})
+            described.append({"name": lab, "status": "leftovers", "nodes": [], "source": None, "kind": None,
+                              "runtime": None})
             continue
         data = describe(lab_state.spec)
         data.update(status=_status(lab_state), kind=lab_state.spec.kind)
@@ -57,16 +59,16 @@ def run_all(labs: list[str], as_json: bool) -> int:
         print(json.dumps(described, indent=2))
         return 0
     table = Table(title=f"{len(labs)} labs (railab inspect LAB for one lab's nodes)")
-    for column in ("lab", "status", "kind", "switches", "hosts", "links", "source"):
+    for column in ("lab", "status", "runtime", "kind", "switches", "hosts", "links", "source"):
         table.add_column(column, justify="right" if column in ("switches", "hosts", "links") else "left")
     for data in described:
         nodes = data["nodes"]
         links = sum(len(n["interfaces"]) for n in nodes) // 2
         switches = sum(1 for n in nodes if n["role"] != "host")
         status = data["status"] + (f": railab destroy {data['name']}" if data["status"] in ("broken", "leftovers") else "")
-        table.add_row(data["name"], status, data["kind"] or "-", str(switches), str(len(nodes) - switches),
+        table.add_row(data["name"], status, data["runtime"] or "-", data["kind"] or "-", str(switches), str(len(nodes) - switches),
                       str(links), data["source"] or "-")
-    Console().print(table)
+    console().print(table)
     return 0
 
 
@@ -81,7 +83,7 @@ def run(args) -> int:
     if args.json:
         print(json.dumps(data, indent=2))
         return 0
-    title = f"lab {data['name']} ({data['status']})"
+    title = f"lab {data['name']} ({data['status']}, {data['runtime']} runtime)"
     if data["status"] == "broken":
         title += f": its agent or namespaces are gone; railab destroy {data['name']}"
     table = Table(title=title)
@@ -92,5 +94,5 @@ def run(args) -> int:
             first = k == 0
             table.add_row(node["name"] if first else "", node["role"] if first else "",
                           node["netns"] if first else "", iface["name"], iface["address"] or "-", iface["peer"])
-    Console().print(table)
+    console().print(table)
     return 0

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 from dataplane.errors import RailabError
@@ -45,6 +46,11 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("railab: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # the reader went away (`railab lb show --json | head`): not an error of ours;
+        # point stdout at /dev/null so the interpreter's final flush does not fail again
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
 if __name__ == "__main__":

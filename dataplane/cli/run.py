@@ -17,6 +17,8 @@ def register(sub) -> None:
     p.add_argument("--json", action="store_true", help="print the metrics as JSON")
     p.add_argument("--output", help="results folder (default: the file's output:, else ./results)")
     p.add_argument("--name", help="lab name, overriding the lab file's name: field")
+    p.add_argument("--runtime", choices=("netns", "containerlab"), default="netns",
+                   help="runtime for a lab the experiment deploys (a deployed lab keeps its own)")
     p.set_defaults(func=run)
 
 
@@ -32,7 +34,8 @@ def run(args) -> int:
     session.check_output(exp.output)
     lifecycle.require_root()
     with session.progress_bar(not args.json and sys.stderr.isatty()) as progress:
-        results, folder = session.run(exp, progress, lab_name=args.name)
+        results, folder = session.run(exp, progress, lab_name=args.name,
+                                      runtime=args.runtime)
     _warn_receiver_drops(results)
     if args.json:
         summary = {

@@ -41,11 +41,12 @@ def _steps(exp: Experiment) -> int:
     return len(exp.modes) + (exp.sweep["seeds"] if exp.sweep else 0)
 
 
-def run(exp: Experiment, progress=None, lab_name: str | None = None) -> tuple[dict, Path]:
+def run(exp: Experiment, progress=None, lab_name: str | None = None,
+        runtime: str = "netns") -> tuple[dict, Path]:
     topo = clab.read(exp.lab_file)
     if lab_name:
         topo.name = lab_name
-    spec = labspec.build(topo, str(exp.lab_file))
+    spec = labspec.build(topo, str(exp.lab_file), runtime=runtime)
     task = progress.add_task(f"{exp.name}: deploying {spec.name}", total=_steps(exp) + 1) if progress else None
 
     def advance(text: str) -> None:

@@ -47,6 +47,8 @@ EMULATED_NODE = {
 
 
 def node_image() -> str:
+    if os.environ.get("RAILAB_NODE_IMAGE"):     # another build of the node image
+        return os.environ["RAILAB_NODE_IMAGE"]
     try:
         version = metadata.version("railab")
     except metadata.PackageNotFoundError:

@@ -125,6 +125,11 @@ def create_links(spec: LabSpec) -> None:
 
 
 def _sysctl_script(node: NodeSpec) -> str:
+    if node.external:
+        # A user's own container keeps its settings; only what the XDP fabric needs of any
+        # receiver: GRO on, so frames redirected into its veth are accepted (tx checksum
+        # offload is already off: containerlab turns it off on both ends of its links).
+        return "\n".join(f"ethtool -K {i.name} gro on >/dev/null" for i in node.interfaces) or "true"
     lines = [
         "sysctl -qw net.ipv6.conf.all.disable_ipv6=1 net.ipv6.conf.default.disable_ipv6=1",
         # Switches forward only in XDP: the kernel must not forward behind its back.

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from dataplane.runtime import lifecycle, state
+from dataplane.runtime import containerlab, lifecycle, state
 from dataplane.runtime import netns as rt
 from dataplane.runtime.labspec import LabSpec, build
 from dataplane.topology.clab import read as load_topology
@@ -45,6 +45,11 @@ def leftovers(lab: str, spec: LabSpec | None = None) -> list[str]:
         found.append(f"pins {state.pin_dir(lab)}")
     for pid in lifecycle._lab_agent_pids(lab):
         found.append(f"agent process {pid}")
+    for ns in rt.list_netns():
+        if ns.startswith(f"clab-{lab}-"):
+            found.append(f"containerlab netns {ns}")
+    if containerlab.leftovers(lab):
+        found.append(f"containers labelled {containerlab.LAB_LABEL}={lab}")
     return found
 
 
