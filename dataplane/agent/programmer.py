@@ -309,7 +309,8 @@ class SwitchProgrammer:
             self.hash_fields[node.name] = list(saved["hash_fields"]) if saved["hash_fields"] else None
             self.dp.set_switch(node.switch_id, hash_seed=self.seeds[node.name],
                                hash_fields=self.hash_fields[node.name])
-            self._set_lbn(node, {port: int(p["lbn"]) for port, p in saved["ports"].items()})
+            self._set_lbn(node, {port: int(p["lbn"]) for port, p in saved["ports"].items()
+                                 if int(p["lbn"]) != self.lbn.get((node.name, port))})
             for gid in self.routing.group_ids(node.name):
                 g = saved["groups"].get(str(gid)) or fresh
                 self.dp.set_group_lb(gid, mode=g["mode"], hash_fields=g["hash_fields"] or 0,
