@@ -186,11 +186,15 @@ class _RunClock(threading.Thread):
         self.t0 = time.monotonic()
 
     def _sample(self) -> None:
-        """(time the counters were read, bytes delivered to hosts so far)."""
+        """(time the counters were read, bytes delivered to hosts so far). A port counts
+        a frame as sent when it queues it: what still waits in the host ports' queues
+        has not been delivered yet (else queues filling at the start would show as a
+        burst above what the ports can carry)."""
         asked = time.monotonic()
         snap = self.fabric.snapshot()
         t = (asked + time.monotonic()) / 2 - self.t0
-        delivered = sum(snap.port(s, p).tx_bytes for s, p in self.host_ports if snap.port(s, p))
+        ports = [snap.port(s, p) for s, p in self.host_ports]
+        delivered = sum(max(c.tx_bytes - c.waiting_bytes, 0) for c in ports if c is not None)
         self.samples.append((max(t, 0.0), delivered))
 
     def mark_start(self) -> float:

@@ -80,3 +80,39 @@ def test_results_json_is_written_once(tmp_path, monkeypatch):
     folder = session.write({"modes": {}, "sweeps": {}}, exp)
     assert written.count("results.json") == 1
     assert json.loads((folder / "results.json").read_text())["plots"] == [str(folder / "a.png")]
+
+
+class _FillingFabric(_GrowingFabric):
+    """Host ports of `capacity` bytes/s whose queues take a burst of `burst` bytes at
+    the start (counted as sent when queued) and then drain, while `rate` keeps coming."""
+
+    def __init__(self, programmer, rate: float, capacity: float, burst: int):
+        super().__init__(programmer, rate)
+        self.capacity, self.burst = capacity, burst
+
+    def snapshot(self, switch=None) -> CounterSnapshot:
+        since = 0.0 if self.go is None else max(time.monotonic() - self.go, 0.0)
+        queued = 0 if self.go is None else max(self.burst - (self.capacity - self.rate) * since, 0)
+        for port in self.host_ports:
+            port.tx_bytes = int((self.burst if self.go is not None else 0) + self.rate * since)
+            port.queue_bytes = int(queued)
+        return self.snap
+
+
+def test_timeline_counts_what_left_the_ports_not_what_filled_their_queues():
+    """The first bucket once showed more than the fabric can carry (140 Mb/s where it
+    carries 64): frames that filled the ports' queues at the start were counted as
+    delivered when they were queued."""
+    p = programmed()
+    capacity = 250_000                       # bytes/s per host port (2 Mb/s)
+    fabric = _FillingFabric(p, rate=200_000, capacity=capacity, burst=32_768)
+    clock = runner._RunClock(p.spec, fabric, [], sample_s=0.05)
+    clock.mark_start()
+    fabric.go = clock.t0
+    clock.start()
+    time.sleep(0.5)
+    clock.stop.set()
+    clock.join()
+    most = capacity * len(fabric.host_ports)
+    assert clock.timeline and all(pt["bps"] / 8 <= 1.1 * most for pt in clock.timeline), \
+        (most, [round(pt["bps"] / 8) for pt in clock.timeline[:4]])
