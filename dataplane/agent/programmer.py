@@ -428,6 +428,7 @@ class SwitchProgrammer:
     def counters(self, switch: str | None = None) -> dict:
         if switch is not None:
             self.select(switch, None)      # an unknown switch is an error, not an empty answer
+        started = time.monotonic_ns()
         result: dict = {"switches": {}}
         for node in self.spec.switches:
             if switch and node.name != switch:
@@ -461,6 +462,9 @@ class SwitchProgrammer:
         # frames dropped before any port is known (unknown_port), counted only here
         result["verdicts"] = self.dp.verdict_counters()
         result["drops"] = self.dp.drop_counters()
+        # when the counters were read (CLOCK_MONOTONIC, as the caller's time.monotonic_ns):
+        # the middle of the read, which can take long on a busy machine
+        result["t_ns"] = (started + time.monotonic_ns()) // 2
         return result
 
     def switch_reset(self, switch: str) -> dict:

@@ -250,6 +250,7 @@ class CounterSnapshot:
     switches: dict[str, SwitchCounters]
     verdicts: dict[str, dict] = field(default_factory=dict)   # verdict -> {packets, bytes}
     drops: dict[str, int] = field(default_factory=dict)       # reason -> packets
+    t_ns: int | None = None         # when the agent read them (monotonic ns), if it said
 
     @classmethod
     def from_wire(cls, data: dict) -> "CounterSnapshot":
@@ -260,13 +261,16 @@ class CounterSnapshot:
                                          [MemberCounters(**m) for m in g["members"]])
                       for gid, g in sw["groups"].items()}
             switches[name] = SwitchCounters(ports, groups)
-        return cls(switches, dict(data.get("verdicts", {})), dict(data.get("drops", {})))
+        return cls(switches, dict(data.get("verdicts", {})), dict(data.get("drops", {})), data.get("t_ns"))
 
     def to_wire(self) -> dict:
-        return {"switches": {name: {"ports": {p: c.to_wire() for p, c in sw.ports.items()},
-                                    "groups": {gid: dataclasses.asdict(g) for gid, g in sw.groups.items()}}
-                             for name, sw in self.switches.items()},
-                "verdicts": self.verdicts, "drops": self.drops}
+        out = {"switches": {name: {"ports": {p: c.to_wire() for p, c in sw.ports.items()},
+                                   "groups": {gid: dataclasses.asdict(g) for gid, g in sw.groups.items()}}
+                            for name, sw in self.switches.items()},
+               "verdicts": self.verdicts, "drops": self.drops}
+        if self.t_ns is not None:
+            out["t_ns"] = self.t_ns
+        return out
 
     def port(self, switch: str, port: str) -> PortCounters | None:
         sw = self.switches.get(switch)
@@ -289,7 +293,7 @@ class CounterSnapshot:
         drops = {r: n - before.drops.get(r, 0) for r, n in self.drops.items()}
         verdicts = {v: {k: n - before.verdicts.get(v, {}).get(k, 0) for k, n in c.items()}
                     for v, c in self.verdicts.items()}
-        return CounterSnapshot(switches, verdicts, drops)
+        return CounterSnapshot(switches, verdicts, drops, self.t_ns)
 
     def waiting_bytes(self) -> int:
         """Bytes waiting in the fabric's emulated ports now."""

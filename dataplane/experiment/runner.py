@@ -192,7 +192,8 @@ class _RunClock(threading.Thread):
         burst above what the ports can carry)."""
         asked = time.monotonic()
         snap = self.fabric.snapshot()
-        t = (asked + time.monotonic()) / 2 - self.t0
+        # the agent's own time of reading, else the middle of the request
+        t = (snap.t_ns / 1e9 if snap.t_ns is not None else (asked + time.monotonic()) / 2) - self.t0
         ports = [snap.port(s, p) for s, p in self.host_ports]
         delivered = sum(max(c.tx_bytes - c.waiting_bytes, 0) for c in ports if c is not None)
         self.samples.append((max(t, 0.0), delivered))

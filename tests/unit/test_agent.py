@@ -45,6 +45,7 @@ def test_counters_reply_round_trips_and_shows_lab_wide_drops():
     wire = p.counters()
     snap = proto.CounterSnapshot.from_wire(wire)
     assert snap.to_wire() == wire
+    assert snap.t_ns and abs(snap.t_ns - time.monotonic_ns()) < 10**9   # when the agent read them
     assert "unknown_port" in snap.drops            # dropped before any port is known
     assert set(snap.verdicts) >= {"drop", "pass", "redirect"}
 

@@ -25,9 +25,11 @@ class _GrowingFabric:
                            for i in n.interfaces if i.peer_node in hosts]
 
     def snapshot(self, switch=None) -> CounterSnapshot:
-        since = 0.0 if self.go is None else max(time.monotonic() - self.go, 0.0)
+        now = time.monotonic()
+        since = 0.0 if self.go is None else max(now - self.go, 0.0)
         for port in self.host_ports:
             port.tx_bytes = int(self.rate * since)
+        self.snap.t_ns = int(now * 1e9)          # as the agent stamps its reply
         return self.snap
 
     def counters(self, switch=None) -> dict:
@@ -91,7 +93,9 @@ class _FillingFabric(_GrowingFabric):
         self.capacity, self.burst = capacity, burst
 
     def snapshot(self, switch=None) -> CounterSnapshot:
-        since = 0.0 if self.go is None else max(time.monotonic() - self.go, 0.0)
+        now = time.monotonic()
+        since = 0.0 if self.go is None else max(now - self.go, 0.0)
+        self.snap.t_ns = int(now * 1e9)
         queued = 0 if self.go is None else max(self.burst - (self.capacity - self.rate) * since, 0)
         for port in self.host_ports:
             port.tx_bytes = int((self.burst if self.go is not None else 0) + self.rate * since)
