@@ -2,7 +2,9 @@
  *
  * The switch answers ARP requests for an address it owns on the ingress port
  * (or, on PORT_F_PROXY_ARP ports, for anything it has a route to) by turning the
- * request into a reply in place and sending it back out with XDP_TX.
+ * request into a reply in place and sending it back out of the ingress port: a
+ * redirect to that port (ndo_xdp_xmit; see the comment in switch.c), or XDP_TX on
+ * ports with PORT_F_ARP_XDP_TX.
  */
 #ifndef RAILAB_ARP_H
 #define RAILAB_ARP_H

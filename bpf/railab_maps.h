@@ -41,7 +41,8 @@ BPF_ARRAY(groups, struct group, MAX_GROUPS);
 BPF_ARRAY(members, struct member, MAX_GROUPS * MAX_MEMBERS);
 
 /* port_addrs: key struct port_addr_key {ifindex host order, IPv4 big-endian} -> __u32 flags.
- * ARP requests for ip arriving on ifindex get an XDP_TX reply with the port's MAC. */
+ * ARP requests for ip arriving on ifindex are answered with the port's MAC, sent back out
+ * of that port (redirected to it; XDP_TX on PORT_F_ARP_XDP_TX ports). */
 BPF_HASH(port_addrs, struct port_addr_key, __u32, MAX_ADDRS);
 
 /* local_addrs: key struct local_addr_key {switch_id host order, IPv4 big-endian} -> __u32

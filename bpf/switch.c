@@ -499,7 +499,8 @@ static __always_inline int rl_transmit(struct xdp_md *ctx, struct ethhdr *eth, s
 }
 
 /* Trivial program for the far end of a switch link (host NICs): gives that veth
- * an XDP program so frames the switch sends it with XDP_TX are delivered. */
+ * an XDP program so frames the switch sends it with XDP_TX are delivered (ARP replies
+ * on PORT_F_ARP_XDP_TX ports; everything else reaches it by redirect). */
 int xdp_pass(struct xdp_md *ctx)
 {
     return XDP_PASS;

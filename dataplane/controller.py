@@ -77,11 +77,22 @@ def _distances(graph, sources: list[str]) -> dict[str, int]:
     queue = deque(sources)
     while queue:
         node = queue.popleft()
-        for nbr, _, _ in graph[node]:
+        for nbr, *_ in graph[node]:
             if nbr not in dist:
                 dist[nbr] = dist[node] + 1
                 queue.append(nbr)
     return dist
+
+
+def nexthops_towards(graph: dict[str, list[tuple]], sources: list[str]) -> dict[str, list[tuple]]:
+    """The one next-hop rule (the controller's routes, the agent's learned host routes):
+    for every switch that reaches one of `sources` over `graph` (switch -> [(neighbour,
+    local interface, ...)], one entry per link), the entries that lead one hop closer
+    over a shortest path, sorted by local interface -- parallel links included, [] for
+    the sources themselves. In breadth-first order from the sources."""
+    dist = _distances(graph, sources)
+    return {switch: sorted((e for e in graph[switch] if dist.get(e[0]) == d - 1), key=lambda e: e[1])
+            for switch, d in dist.items()}
 
 
 def compute(topo: Topology, plan: AddressPlan) -> ControlPlan:
@@ -90,16 +101,12 @@ def compute(topo: Topology, plan: AddressPlan) -> ControlPlan:
     reach: dict[IPv4Network, set[str]] = {}
 
     for segment in plan.segments:
-        dist = _distances(graph, segment.leaves)
-        reach[segment.network] = set(dist)
-        for switch, d in dist.items():
-            if d == 0:
+        towards = nexthops_towards(graph, segment.leaves)
+        reach[segment.network] = set(towards)
+        for switch, edges in towards.items():
+            if switch in segment.leaves:
                 continue
-            hops = tuple(
-                NextHop(local_if, far)
-                for nbr, local_if, far in sorted(graph[switch], key=lambda e: e[1])
-                if dist.get(nbr) == d - 1
-            )
+            hops = tuple(NextHop(local_if, far) for _, local_if, far in edges)
             routes[switch].append(SwitchRoute(segment.network, hops))
 
     addresses: dict[str, list[tuple[str, IPv4Interface]]] = {s.name: [] for s in topo.switches}

@@ -15,7 +15,7 @@ What a fault is:
 - link-down A:IF [B:IF]: both ends are set administratively down (`ip link set X down`),
   so each end also loses carrier. Both switches' agents see it through netlink (IFF_UP /
   IFF_LOWER_UP off) and stop using the port at once (local fast failover); a switch that
-  has no path left for a prefix notifies its upstream neighbours (dataplane/arn.py).
+  has no path left for a prefix notifies its upstream neighbours (dataplane/agent/monitor.py).
 - switch-down NAME: every port of the switch down (its neighbours lose carrier).
   switch-up NAME: the switch's XDP state is reset first (flowlets, queues, counters,
   exclusions, learned hosts: as after a reboot), then its ports come up.
@@ -29,26 +29,18 @@ them from any process; destroying the lab removes them with everything else.
 from __future__ import annotations
 
 import json
-import re
 import time
 
+from pyroute2 import IPRoute
+
+from dataplane.agent import client
 from dataplane.errors import RuntimeStateError
 from dataplane.netns_util import in_netns
-from dataplane.runtime import agent_client, state
+from dataplane.runtime import state
+from dataplane.units import parse_speed
 
 FAULTS = ("link-down", "link-up", "switch-down", "switch-up", "plane-down", "plane-up",
           "degrade", "restore", "clear")
-_UNITS = {"": 1, "K": 10**3, "M": 10**6, "G": 10**9, "T": 10**12}
-
-
-def parse_speed(speed) -> int:
-    """'100G', '25g', '400Gb/s', 1e11 -> bits per second."""
-    if isinstance(speed, (int, float)):
-        return int(speed)
-    m = re.fullmatch(r"\s*([0-9.]+)\s*([KMGT]?)(?:b(?:ps|/s)?)?\s*", str(speed), re.I)
-    if not m:
-        raise ValueError(f"not a speed: {speed!r} (e.g. 100G)")
-    return int(float(m.group(1)) * _UNITS[m.group(2).upper()])
 
 
 # ------------------------------------------------------------------ lab access
@@ -95,7 +87,6 @@ def _endpoint(spec, ref: str):
 def _set_links(items: list[tuple[object, object]], up: bool) -> int:
     """Set interfaces up/down over netlink in their namespaces; returns the monotonic ns
     taken right before the first change."""
-    from pyroute2 import IPRoute
     by_ns: dict[str, list[int]] = {}
     for node, iface in items:
         by_ns.setdefault(node.netns, []).append(iface.ifindex)
@@ -115,7 +106,7 @@ def _set_links(items: list[tuple[object, object]], up: bool) -> int:
 
 
 def _req(lab: str, op: str, **fields):
-    return agent_client.request(lab, op, **fields)
+    return client.request(lab, op, **fields)
 
 
 def _bring_up(lab: str, first: list, then: list, settle_s: float = 0.2) -> int:
@@ -144,7 +135,6 @@ def _switch_ports(lab: str) -> set[int]:
 
 def _all_carrier(items) -> bool:
     """Every interface has its carrier back (IFF_LOWER_UP), read over netlink."""
-    from pyroute2 import IPRoute
     by_ns: dict[str, list[int]] = {}
     for node, iface in items:
         by_ns.setdefault(node.netns, []).append(iface.ifindex)

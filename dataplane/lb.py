@@ -8,7 +8,7 @@
     fab.tm_add("leaf1", src="10.0.0.2", dst="10.0.4.2", sport=1000, dport=2000, egress="up2")
     fab.counters("leaf1")["switches"]["leaf1"]["ports"]["up2"]["utilization"]
 
-Every call is one request to the lab's agent (dataplane/agent.py), which changes the
+Every call is one request to the lab's agent (dataplane.agent), which changes the
 BPF maps of the running data plane: nothing is reloaded, traffic keeps flowing.
 
 Modes (per group, set for all groups of the chosen switches): ecmp, lbn, flowlet,
@@ -16,8 +16,11 @@ spray-rr, spray-random, spraylink, wcmp (see bpf/railab_consts.h LB_MODE_*).
 """
 from __future__ import annotations
 
+import ipaddress
+
 from dataplane import bpf_abi as abi
-from dataplane.runtime import agent_client
+from dataplane.agent import client
+from dataplane.agent.protocol import CounterSnapshot
 
 MODES = tuple(abi.LB_MODES)
 
@@ -30,8 +33,7 @@ class Fabric:
         self.timeout_s = timeout_s
 
     def _req(self, op: str, **fields):
-        fields = {k: v for k, v in fields.items() if v is not None}
-        return agent_client.request(self.lab, op, timeout_s=self.timeout_s, **fields)
+        return client.request(self.lab, op, timeout_s=self.timeout_s, **fields)
 
     # -------------------------------------------------------------- modes
     def set_mode(self, mode: str | None = None, *, switch: str | None = None, role: str | None = None,
@@ -61,6 +63,14 @@ class Fabric:
         ports (LBN value, nominal and emulated speed); and the lab's port model."""
         return self._req("lb_show")
 
+    def restore(self, snapshot: dict) -> dict:
+        """Give the lab back the load balancing and port model a show() reply recorded:
+        every switch's seed, hash fields and LBN values, every group's mode and
+        parameters, the port model."""
+        out = self._req("lb_restore", snapshot=snapshot)
+        self.set_port_model(**snapshot["port_model"])
+        return out
+
     def set_port_model(self, *, scale: float | None = None, buffer_bytes: int | None = None,
                        ecn_bytes: int | None = None, window_us: float | None = None,
                        queue: str | None = None) -> dict:
@@ -73,11 +83,15 @@ class Fabric:
 
     # -------------------------------------------------------------- counters
     def counters(self, switch: str | None = None) -> dict:
+        """The counters reply as sent (see snapshot() for it typed)."""
         return self._req("counters", switch=switch)
+
+    def snapshot(self, switch: str | None = None) -> CounterSnapshot:
+        """The counters as a dataplane.agent.protocol.CounterSnapshot."""
+        return CounterSnapshot.from_wire(self.counters(switch))
 
     def group_of(self, switch: str, prefix_or_ip: str) -> tuple[str, dict]:
         """(group id, group counters) of the switch's group that routes prefix_or_ip."""
-        import ipaddress
         target = ipaddress.ip_network(prefix_or_ip, strict=False)
         best = None
         for gid, g in self.counters(switch)["switches"][switch]["groups"].items():

@@ -13,11 +13,12 @@ import struct
 from dataclasses import dataclass
 from typing import Callable
 
+from dataplane.bpf_abi import ROCE_V2_UDP_PORT
 from dataplane.runtime.labspec import LabSpec
 
 XDP_VERDICTS = {0: "aborted", 1: "drop", 2: "pass", 3: "tx", 4: "redirect", 5: "queued"}
 FORWARDED = (4, 5)     # redirected, or handed to a real queue (XDP_PASS + handoff metadata)
-ROCE_PORT = 4791
+ROCE_PORT = ROCE_V2_UDP_PORT
 MAX_HOPS = 16
 
 # (netns, frame, ingress ifindex) -> (verdict, output frame)
@@ -68,7 +69,7 @@ def trace(spec: LabSpec, key: FlowKey, run_frame: RunFrame) -> dict:
             by_mac[_mac(iface.mac)] = (node.name, iface.name)
     host, port = key.src.split(":", 1)
     start = nodes[host].interface(port)
-    switch, ingress = start.peer.split(":", 1)
+    switch, ingress = start.peer_node, start.peer_if
     frame = build_frame(key, start.mac, start.peer_mac)
     hops: list[dict] = []
     for _ in range(MAX_HOPS):
@@ -83,7 +84,7 @@ def trace(spec: LabSpec, key: FlowKey, run_frame: RunFrame) -> dict:
             hops.append({"switch": switch, "in": ingress, "out": None})
             return {"hops": hops, "end": None, "verdict": "unknown next hop"}
         far_node, far_if = far
-        egress = nodes[far_node].interface(far_if).peer.split(":", 1)[1]
+        egress = nodes[far_node].interface(far_if).peer_if
         hops.append({"switch": switch, "in": ingress, "out": egress})
         if nodes[far_node].role == "host":
             return {"hops": hops, "end": f"{far_node}:{far_if}", "verdict": "delivered"}

@@ -35,11 +35,10 @@ Two families of designs:
 """
 from __future__ import annotations
 
-import math
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from dataplane import units
 from dataplane.errors import PlanError
 
 # Ways one switch port may be broken out: 1 x native, 2 x half, 4 x quarter speed.
@@ -49,18 +48,18 @@ BREAKOUTS = (1, 2, 4)
 # --------------------------------------------------------------------------- units
 
 
-_SPEED_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([gt])?(?:b(?:/s|ps)?)?\s*$", re.IGNORECASE)
-
-
 def parse_speed(text: str | int, what: str = "speed") -> int:
-    """'400G', '400', '1.6T', '51.2T', '200Gb/s' -> Gb/s as an int."""
+    """'400G', '400', '1.6T', '51.2T', '200Gb/s' -> Gb/s as an int (a bare number is Gb/s)."""
     if isinstance(text, int) and not isinstance(text, bool):
         value = float(text)
     else:
-        match = _SPEED_RE.match(str(text))
-        if not match:
+        try:
+            number, unit = units.speed_parts(text)
+        except ValueError:
+            unit = "?"
+        if unit not in ("", "G", "T"):
             raise PlanError(f"{what} {text!r} is not a speed like 400G or 51.2T")
-        value = float(match.group(1)) * (1000 if (match.group(2) or "g").lower() == "t" else 1)
+        value = float(number * (1000 if unit == "T" else 1))
     if value <= 0 or value != int(value):
         raise PlanError(f"{what} {text!r} must be a whole, positive number of Gb/s")
     return int(value)
@@ -78,10 +77,10 @@ def parse_ratio(text: str | tuple[int, int]) -> tuple[int, int]:
     if isinstance(text, tuple):
         down, up = text
     else:
-        match = re.fullmatch(r"\s*(\d+)\s*:\s*(\d+)\s*", str(text))
-        if not match:
-            raise PlanError(f"oversubscription {text!r} is not a ratio like 1:1 or 3:1")
-        down, up = int(match.group(1)), int(match.group(2))
+        try:
+            down, up = units.parse_ratio(text)
+        except ValueError:
+            raise PlanError(f"oversubscription {text!r} is not a ratio like 1:1 or 3:1") from None
     if down < 1 or up < 1:
         raise PlanError(f"oversubscription {down}:{up} needs both sides >= 1")
     if down < up:
@@ -89,8 +88,7 @@ def parse_ratio(text: str | tuple[int, int]) -> tuple[int, int]:
             f"oversubscription {down}:{up} gives leaves more uplink than downlink bandwidth; "
             "use 1:1 or more downlink (e.g. 3:1)"
         )
-    g = math.gcd(down, up)
-    return down // g, up // g
+    return units.reduce_ratio(down, up)
 
 
 # --------------------------------------------------------------------------- switches
@@ -367,6 +365,31 @@ class RailPlan:
             "fabric_cables": self.fabric_cables_per_plane,
             "switch_ports_used": self.switch_ports_used_per_plane,
         }
+
+    def generator_params(self) -> tuple[str, dict[str, Any]]:
+        """(kind, parameters) of the `railab topo gen` call that builds this plan, or a
+        PlanError saying what the generator cannot express."""
+        kind = {1: "rail-only" if not self.spines_per_plane else "rail-optimized",
+                2: "dual-plane"}.get(self.planes)
+        if kind is None or (kind == "dual-plane" and not self.spines_per_plane):
+            raise PlanError(f"{self.design}: {self.planes} plane(s)"
+                            f"{'' if self.spines_per_plane else ' without spines'}; the generator "
+                            "builds one plane, or two with spines (dual-plane)")
+        if self.rails_per_leaf > 1:
+            raise PlanError(f"{self.rails_per_leaf} rails share a leaf in this plan; the generator "
+                            "gives every rail its own leaves")
+        if self.link_speed and self.link_speed != self.host_port_speed:
+            raise PlanError(f"leaf-spine links at {format_speed(self.link_speed)} and host ports at "
+                            f"{format_speed(self.host_port_speed)}: the generator builds every link "
+                            "at one speed")
+        params: dict[str, Any] = {"servers": self.servers, "rails": self.gpus_per_server,
+                                  "leaf_ports": self.leaf_downlinks + self.leaf_uplinks,
+                                  "speed": f"{self.host_port_speed}G"}
+        if self.spines_per_plane:
+            params.update(spines=self.spines_per_plane, links_per_spine=self.links_per_leaf_spine)
+        if kind == "dual-plane":
+            params["planes"] = 2
+        return kind, params
 
     def to_dict(self) -> dict[str, Any]:
         return {

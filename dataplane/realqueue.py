@@ -20,6 +20,9 @@ import contextlib
 import math
 from dataclasses import dataclass
 
+from pyroute2 import IPRoute
+from pyroute2.netlink.exceptions import NetlinkError
+
 from dataplane.netns_util import in_netns
 
 TC_INGRESS = "ffff:fff2"
@@ -66,7 +69,6 @@ class NamespaceQueues:
     on one thread: pyroute2 (0.9) answers dumps only on the thread that opened the socket."""
 
     def __init__(self, netns: str):
-        from pyroute2 import IPRoute
         self.netns = netns
         with in_netns(netns):   # the socket stays bound to the namespace it was opened in
             self._ipr = IPRoute()
@@ -88,7 +90,6 @@ class NamespaceQueues:
 
     def attach(self, ifindex: int, handoff_fd: int) -> None:
         """clsact + tc_handoff on ingress of ifindex (replacing an earlier one)."""
-        from pyroute2.netlink.exceptions import NetlinkError
         self.detach(ifindex)
         try:
             self._ipr.tc("add", "clsact", ifindex)
@@ -99,7 +100,6 @@ class NamespaceQueues:
 
     def detach(self, ifindex: int) -> None:
         """Remove clsact (and with it tc_handoff) and the shaper from ifindex; no-op if absent."""
-        from pyroute2.netlink.exceptions import NetlinkError
         with contextlib.suppress(NetlinkError):
             self._ipr.tc("del", "clsact", ifindex)
         with contextlib.suppress(NetlinkError):   # the root qdisc, whatever its kind
@@ -107,7 +107,6 @@ class NamespaceQueues:
 
     def shape(self, ifindex: int, speed_bps: int, buffer_bytes: int) -> ShaperParams:
         """(Re)set the tbf root qdisc of ifindex for a port of speed_bps."""
-        from pyroute2.netlink.exceptions import NetlinkError
         params = shaper_params(speed_bps, buffer_bytes, self._mtu_of(ifindex))
         try:
             self._ipr.tc("replace", "tbf", ifindex, handle=SHAPER_HANDLE,

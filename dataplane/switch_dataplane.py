@@ -1,8 +1,9 @@
 """The railab XDP switch data plane: one BPF object for every switch of a lab.
 
 SwitchDataplane compiles bpf/switch.c once with bcc (sizes as -D cflags), loads
-the XDP entry function `xdp_switch`, and programs its maps. attach_xdp() /
-detach_xdp() put that one program on switch ports living in any namespace.
+the XDP entry function `xdp_switch`, and programs its tables: ports, switches, groups,
+routes, the traffic matrix, the port model, counters. The plumbing under it (map I/O,
+pinning, XDP attach/detach in any namespace) is dataplane.bpfio.
 
 Identifiers the agent chooses (all lab-wide):
 - port ifindex: every switch-port veth is created with an explicit ifindex that
@@ -16,47 +17,22 @@ from __future__ import annotations
 
 import ctypes as ct
 import dataclasses
-import errno
 import ipaddress
 import math
-import os
 import socket
 import time
 from pathlib import Path
 
 from dataplane import bpf_abi as abi
-from dataplane.errors import RuntimeStateError
-from dataplane.netns_util import in_netns
+from dataplane.bpfio import BPF_F_LOCK, BpfMaps, DataplaneError
 
 BPF_DIR = Path(__file__).resolve().parent.parent / "bpf"
 SWITCH_C = BPF_DIR / "switch.c"
 PROG_NAME = "xdp_switch"
 HANDOFF_PROG_NAME = "tc_handoff"
 PINNED_PROGS = (PROG_NAME, "xdp_pass", HANDOFF_PROG_NAME)   # pin()/unpin() order
-BPFFS_ROOT = "/sys/fs/bpf"
 
-BPF_F_LOCK = 4                # map update: take the value's bpf_spin_lock
 IPPROTO = {"udp": 17, "tcp": 6, "icmp": 1}
-
-XDP_FLAGS_UPDATE_IF_NOEXIST = 1 << 0
-XDP_FLAGS_SKB_MODE = 1 << 1
-XDP_FLAGS_DRV_MODE = 1 << 2
-_XDP_MODE_FLAGS = {"drv": XDP_FLAGS_DRV_MODE, "native": XDP_FLAGS_DRV_MODE,
-                   "generic": XDP_FLAGS_SKB_MODE, "skb": XDP_FLAGS_SKB_MODE}
-
-
-class DataplaneError(RuntimeStateError):
-    """The data plane cannot do what was asked (bad id, unknown port, map full, ...)."""
-
-
-def _lib():
-    from bcc.libbcc import lib  # imported lazily: bcc is only on root/test machines
-    return lib
-
-
-def _possible_cpus() -> int:
-    from bcc.utils import get_possible_cpus
-    return len(get_possible_cpus())
 
 
 def _ip4(ip: str) -> ipaddress.IPv4Address:
@@ -140,7 +116,7 @@ class SwitchDataplane:
                  max_learned: int = abi.MAX_LEARNED, port_index_slots: int | None = None,
                  route_cache_slots: int = abi.ROUTE_CACHE_SLOTS, debug: bool = False,
                  extra_cflags: list[str] | tuple[str, ...] = ()):
-        from bcc import BPF
+        from bcc import BPF      # deferred on purpose: bcc is only on root/test machines
 
         if not 1 <= max_ports <= 65536:
             raise ValueError("max_ports must be 1..65536 (slots are u16)")
@@ -188,8 +164,7 @@ class SwitchDataplane:
         self.pass_prog_fd: int = self._bpf.load_func(b"xdp_pass", BPF.XDP).fd
         # tc ingress program of real-queue ports (see dataplane.realqueue)
         self.handoff_prog_fd: int = self._bpf.load_func(HANDOFF_PROG_NAME.encode(), BPF.SCHED_CLS).fd
-        self._fds = {name: self._bpf[name.encode()].map_fd for name in abi.MAPS}
-        self._ncpus = _possible_cpus()
+        self.maps = BpfMaps({name: self._bpf[name.encode()].map_fd for name in abi.MAPS})
         # shadow state (the maps are the truth for the data path; this is for the API)
         self._ports: dict[int, abi.PortInfo] = {}
         self._slot_owner: dict[int, int] = {}
@@ -203,29 +178,20 @@ class SwitchDataplane:
         self._route_avoid: dict[tuple[int, ipaddress.IPv4Network], int] = {}
         self._closed = False
 
-    # ------------------------------------------------------------------ map I/O
-    def _update(self, name: str, key, value, flags: int = 0) -> None:
-        ret = _lib().bpf_update_elem(self._fds[name], ct.byref(key), ct.byref(value), flags)
-        if ret != 0:
-            err = -ret if ret < 0 and ret != -1 else ct.get_errno()
-            if err == errno.E2BIG or err == errno.ENOSPC:
-                raise DataplaneError(f"BPF map {name} is full (raise its max_* size)")
-            raise DataplaneError(f"BPF map {name} update failed: {os.strerror(err)}")
-
     def _write_port(self, ifindex: int, info: abi.PortInfo) -> None:
         """`ports` entry, and its copy in `port_index` (what the data path reads) if the
         ifindex is in its range."""
-        self._update("ports", ct.c_uint32(ifindex), info)
+        self.maps.update("ports", ct.c_uint32(ifindex), info)
         if ifindex < self.port_index_slots:
             fast = abi.PortInfo.from_buffer_copy(info)
             fast.flags |= abi.PORT_F_VALID
-            self._update("port_index", ct.c_uint32(ifindex), fast)
+            self.maps.update("port_index", ct.c_uint32(ifindex), fast)
 
     def _write_switch(self, switch_id: int, cfg: abi.SwitchCfg) -> None:
         """switch_cfg, with a new route_gen: every write invalidates the switch's
         route_cache entries (callers write AFTER changing routes / local addresses)."""
         cfg.route_gen = (cfg.route_gen + 1) & 0xFFFFFFFF
-        self._update("switches", ct.c_uint32(switch_id), cfg)
+        self.maps.update("switches", ct.c_uint32(switch_id), cfg)
         self._switches[switch_id] = cfg
 
     def _routes_changed(self, switch_id: int) -> None:
@@ -234,53 +200,17 @@ class SwitchDataplane:
         if 0 <= switch_id < self.max_switches:
             self._write_switch(switch_id, self._switches.get(switch_id) or abi.SwitchCfg())
 
-    def _lookup(self, name: str, key, value) -> bool:
-        return _lib().bpf_lookup_elem(self._fds[name], ct.byref(key), ct.byref(value)) == 0
-
-    def _delete(self, name: str, key) -> bool:
-        return _lib().bpf_delete_elem(self._fds[name], ct.byref(key)) == 0
-
-    def _percpu(self, name: str, index: int, leaf: type) -> list:
-        buf = (leaf * self._ncpus)()
-        if not self._lookup(name, ct.c_uint32(index), buf):
-            raise DataplaneError(f"BPF map {name}: no entry {index}")
-        return list(buf)
-
-    def _zero_percpu(self, name: str, index: int, leaf: type) -> None:
-        self._update(name, ct.c_uint32(index), (leaf * self._ncpus)())
-
     # ------------------------------------------------------------------ lifecycle
     def pin(self, directory: str) -> None:
-        """Pin the program (`xdp_switch`) and every map (by its name) under directory.
-
-        directory must be on a bpffs; if it is under /sys/fs/bpf and nothing is
-        mounted there, bpffs is mounted first. The directory is created.
-        """
-        directory = os.path.abspath(directory)
-        _ensure_bpffs(directory)
-        os.makedirs(directory, exist_ok=True)
-        from dataplane.progtest import obj_pin
-        names = [*PINNED_PROGS, *abi.MAPS]
-        taken = [n for n in names if os.path.lexists(os.path.join(directory, n))]
-        if taken:
-            raise DataplaneError(f"{directory} already has pinned objects ({', '.join(taken)})")
-        for name, fd in zip(PINNED_PROGS, (self.prog_fd, self.pass_prog_fd, self.handoff_prog_fd)):
-            obj_pin(fd, os.path.join(directory, name))
-        for name, fd in self._fds.items():
-            obj_pin(fd, os.path.join(directory, name))
+        """Pin the programs (PINNED_PROGS) and every map (by its name) under directory
+        (see bpfio.BpfMaps.pin)."""
+        self.maps.pin(directory, dict(zip(PINNED_PROGS, (self.prog_fd, self.pass_prog_fd,
+                                                         self.handoff_prog_fd))))
 
     @staticmethod
     def unpin(directory: str) -> None:
         """Remove what pin() created in directory, then the directory if it is empty."""
-        for name in (*PINNED_PROGS, *abi.MAPS):
-            try:
-                os.unlink(os.path.join(directory, name))
-            except FileNotFoundError:
-                pass
-        try:
-            os.rmdir(directory)
-        except (FileNotFoundError, OSError):
-            pass
+        BpfMaps.unpin(directory, (*PINNED_PROGS, *abi.MAPS))
 
     def close(self) -> None:
         """Release the bcc object and our fds. Attached XDP programs stay attached."""
@@ -341,7 +271,7 @@ class SwitchDataplane:
                             speed_bps=speed_bps)
         info.mac[:] = list(abi.mac_bytes(mac))
         if old is None or old.slot != slot:
-            self._zero_percpu("port_stats", slot, abi.PortStats)
+            self.maps.zero_percpu("port_stats", slot, abi.PortStats)
         self._write_port(ifindex, info)
         if old is not None and old.slot != slot:
             self._slot_owner.pop(old.slot, None)
@@ -357,7 +287,7 @@ class SwitchDataplane:
         group stops using members that egress through it (group.down_mask), at once and
         without recomputing routes: flows on live members keep their member, flows of the
         dead one are re-picked among the live ones. Returns the group ids rewritten."""
-        info = self._port(ifindex)
+        info = self.port_info(ifindex)
         flags = (info.flags & ~abi.PORT_F_DOWN) | (0 if up else abi.PORT_F_DOWN)
         if flags == info.flags:
             return []
@@ -376,11 +306,11 @@ class SwitchDataplane:
         return changed
 
     def port_is_up(self, ifindex: int) -> bool:
-        return not self._port(ifindex).flags & abi.PORT_F_DOWN
+        return not self.port_info(ifindex).flags & abi.PORT_F_DOWN
 
     def set_port_learn(self, ifindex: int, learn: bool) -> None:
         """Record ARP senders seen on this port into arp_learned (host-facing ports)."""
-        info = self._port(ifindex)
+        info = self.port_info(ifindex)
         info.flags = (info.flags & ~abi.PORT_F_LEARN) | (abi.PORT_F_LEARN if learn else 0)
         self._write_port(ifindex, info)
 
@@ -396,7 +326,7 @@ class SwitchDataplane:
     # ------------------------------------------------------------------ learned hosts
     def learn_generation(self) -> int:
         v = ct.c_uint64()
-        return v.value if self._lookup("learn_gen", ct.c_uint32(0), v) else 0
+        return v.value if self.maps.lookup("learn_gen", ct.c_uint32(0), v) else 0
 
     def learned_hosts(self) -> list[dict]:
         """Hosts learned from ARP: switch_id, ip, ifindex, mac, last_ns (monotonic ns)."""
@@ -441,9 +371,9 @@ class SwitchDataplane:
             g = self._groups[gid]
             self._write_header(gid, g)          # rr = 0, down_mask from the ports
             for i in range(len(g.members)):
-                self._zero_percpu("member_stats", gid * self.max_members + i, abi.PktCount)
+                self.maps.zero_percpu("member_stats", gid * self.max_members + i, abi.PktCount)
         for ifx in ports:
-            self._zero_percpu("port_stats", self._ports[ifx].slot, abi.PortStats)
+            self.maps.zero_percpu("port_stats", self._ports[ifx].slot, abi.PortStats)
             model = self._port_model.get(ifx)
             if model:
                 self.set_port_model(ifx, **model)
@@ -456,9 +386,9 @@ class SwitchDataplane:
             if ident[0] == switch_id:
                 key = self._tm_key(*ident)
                 e = abi.TmEntry()
-                if self._lookup("tm", key, e):
+                if self.maps.lookup("tm", key, e):
                     e.packets = e.bytes = 0
-                    self._update("tm", key, e)
+                    self.maps.update("tm", key, e)
         learned = self.forget_learned(switch_id)
         return {"flowlets": flows, "groups": len(gids), "ports": len(ports),
                 "avoid_cleared": avoided, "learned_forgotten": learned}
@@ -468,8 +398,8 @@ class SwitchDataplane:
         if info is None:
             return
         if ifindex < self.port_index_slots:
-            self._update("port_index", ct.c_uint32(ifindex), abi.PortInfo())
-        self._delete("ports", ct.c_uint32(ifindex))
+            self.maps.update("port_index", ct.c_uint32(ifindex), abi.PortInfo())
+        self.maps.delete("ports", ct.c_uint32(ifindex))
         self._slot_owner.pop(info.slot, None)
 
     def add_address(self, switch_id: int, ifindex: int, ip: str) -> None:
@@ -480,23 +410,23 @@ class SwitchDataplane:
         if port is not None and port.switch_id != switch_id:
             raise DataplaneError(f"ifindex {ifindex} is a port of switch {port.switch_id}, not {switch_id}")
         be = abi.ip_be(addr)
-        self._update("port_addrs", abi.PortAddrKey(ifindex=ifindex, ip=be), ct.c_uint32(0))
+        self.maps.update("port_addrs", abi.PortAddrKey(ifindex=ifindex, ip=be), ct.c_uint32(0))
         refs = self._local_refs.setdefault((switch_id, be), set())
         refs.add(ifindex)
-        self._update("local_addrs", abi.LocalAddrKey(switch_id=switch_id, ip=be), ct.c_uint32(len(refs)))
+        self.maps.update("local_addrs", abi.LocalAddrKey(switch_id=switch_id, ip=be), ct.c_uint32(len(refs)))
         self._routes_changed(switch_id)
 
     def del_address(self, switch_id: int, ifindex: int, ip: str) -> None:
         be = abi.ip_be(_ip4(ip))
-        self._delete("port_addrs", abi.PortAddrKey(ifindex=ifindex, ip=be))
+        self.maps.delete("port_addrs", abi.PortAddrKey(ifindex=ifindex, ip=be))
         refs = self._local_refs.get((switch_id, be), set())
         refs.discard(ifindex)
         key = abi.LocalAddrKey(switch_id=switch_id, ip=be)
         if refs:
-            self._update("local_addrs", key, ct.c_uint32(len(refs)))
+            self.maps.update("local_addrs", key, ct.c_uint32(len(refs)))
         else:
             self._local_refs.pop((switch_id, be), None)
-            self._delete("local_addrs", key)
+            self.maps.delete("local_addrs", key)
         self._routes_changed(switch_id)
 
     # ------------------------------------------------------------------ groups / routes
@@ -585,7 +515,7 @@ class SwitchDataplane:
         for i, (ifindex, _) in enumerate(g.members[: abi.DOWN_MASK_BITS]):
             if self._ports[ifindex].flags & abi.PORT_F_DOWN:
                 hdr.down_mask |= 1 << i
-        self._update("groups", ct.c_uint32(gid), hdr)
+        self.maps.update("groups", ct.c_uint32(gid), hdr)
 
     def _write_group(self, gid: int, g: GroupState) -> None:
         members = g.members
@@ -600,12 +530,12 @@ class SwitchDataplane:
             m = abi.Member(ifindex=ifindex, egress_slot=port.slot)
             m.dmac[:] = list(dmac)
             m.smac[:] = list(port.mac)
-            self._update("members", ct.c_uint32(base + i), m)
+            self.maps.update("members", ct.c_uint32(base + i), m)
         for i in range(len(members), max(old_n, len(members))):
-            self._update("members", ct.c_uint32(base + i), abi.Member())
+            self.maps.update("members", ct.c_uint32(base + i), abi.Member())
         if old is None or [ifx for ifx, _ in old.members] != [ifx for ifx, _ in members]:
             for i in range(max(old_n, len(members))):
-                self._zero_percpu("member_stats", base + i, abi.PktCount)
+                self.maps.zero_percpu("member_stats", base + i, abi.PktCount)
         if not shrink:
             self._write_header(gid, g)
         self._groups[gid] = g
@@ -630,7 +560,7 @@ class SwitchDataplane:
             avoid = self._covering_avoid(switch_id, net, group_id)
             if avoid:
                 self._route_avoid[(switch_id, net)] = avoid
-        self._update("routes", key, abi.RouteVal(group_id=group_id, avoid_mask=avoid))
+        self.maps.update("routes", key, abi.RouteVal(group_id=group_id, avoid_mask=avoid))
         self._routes[(switch_id, net)] = group_id
         self._routes_changed(switch_id)
 
@@ -653,7 +583,7 @@ class SwitchDataplane:
         if gid is None:
             raise DataplaneError(f"switch {switch_id} has no route {net}")
         mask &= (1 << abi.DOWN_MASK_BITS) - 1
-        self._update("routes", self._route_key(switch_id, net), abi.RouteVal(group_id=gid, avoid_mask=mask))
+        self.maps.update("routes", self._route_key(switch_id, net), abi.RouteVal(group_id=gid, avoid_mask=mask))
         if mask:
             self._route_avoid[(switch_id, net)] = mask
         else:
@@ -669,7 +599,7 @@ class SwitchDataplane:
         net = ipaddress.IPv4Network(prefix, strict=False)
         self._routes.pop((switch_id, net), None)
         self._route_avoid.pop((switch_id, net), None)
-        found = self._delete("routes", self._route_key(switch_id, net))
+        found = self.maps.delete("routes", self._route_key(switch_id, net))
         self._routes_changed(switch_id)
         return found
 
@@ -677,7 +607,7 @@ class SwitchDataplane:
         """Longest-prefix match as the data plane does it: group id or None."""
         key = abi.RouteKey(prefixlen=64, switch_id_be=abi.u32_be(switch_id), dst=abi.ip_be(_ip4(ip)))
         val = abi.RouteVal()
-        return val.group_id if self._lookup("routes", key, val) else None
+        return val.group_id if self.maps.lookup("routes", key, val) else None
 
     def routes(self, switch_id: int) -> dict[str, int]:
         return {str(net): gid for (sw, net), gid in self._routes.items() if sw == switch_id}
@@ -697,7 +627,7 @@ class SwitchDataplane:
         (unlimited, no queue). The queue is virtual: frames are not delayed -- unless
         real_queue, which hands them to tc_handoff and the port's shaper qdisc instead of
         redirecting them (the caller sets those up first, see dataplane.realqueue)."""
-        port = self._port(ifindex)
+        port = self.port_info(ifindex)
         if speed_bps < 0 or buffer_bytes <= 0 or window_us <= 0:
             raise ValueError("speed_bps >= 0, buffer_bytes > 0, window_us > 0")
         ps_per_byte = round(8e12 / speed_bps) if speed_bps else 0
@@ -713,7 +643,7 @@ class SwitchDataplane:
             if not speed_bps:
                 raise ValueError("a real queue needs a port speed (speed_bps > 0)")
             q.flags = abi.QUEUE_F_REAL
-        self._update("port_queue", key, q, flags=BPF_F_LOCK)
+        self.maps.update("port_queue", key, q, flags=BPF_F_LOCK)
         port.speed_bps = speed_bps
         self._write_port(ifindex, port)
         self._port_model[ifindex] = {"speed_bps": speed_bps, "buffer_bytes": buffer_bytes,
@@ -725,9 +655,9 @@ class SwitchDataplane:
 
     def port_queue_state(self, ifindex: int) -> dict:
         """queue_bytes (virtual backlog now), utilization (0..1, EWMA; 0 when stale)."""
-        port = self._port(ifindex)
+        port = self.port_info(ifindex)
         q = abi.PortQueue()
-        if not self._lookup("port_queue", ct.c_uint32(port.slot), q) or not q.ps_per_byte:
+        if not self.maps.lookup("port_queue", ct.c_uint32(port.slot), q) or not q.ps_per_byte:
             return {"queue_bytes": 0, "utilization": 0.0}
         now = time.monotonic_ns()          # bpf_ktime_get_ns() is CLOCK_MONOTONIC
         backlog_ns = max(q.t_free - now, 0)
@@ -750,7 +680,7 @@ class SwitchDataplane:
         (next-hop dmac), whatever the route's group and mode say. sport/dport 0 match
         packets without ports (ICMP, fragments)."""
         self._check_switch(switch_id)
-        port = self._port(egress_ifindex)
+        port = self.port_info(egress_ifindex)
         if port.switch_id != switch_id:
             raise DataplaneError(f"ifindex {egress_ifindex} is not a port of switch {switch_id}")
         key = self._tm_key(switch_id, src, dst, sport, dport, proto)
@@ -759,18 +689,18 @@ class SwitchDataplane:
         e.m.egress_slot = port.slot
         e.m.dmac[:] = list(abi.mac_bytes(dmac))
         e.m.smac[:] = list(port.mac)
-        self._update("tm", key, e)
+        self.maps.update("tm", key, e)
         ident = (switch_id, src, dst, int(sport), int(dport), key.proto)
         self._tm[ident] = {"switch_id": switch_id, "src": src, "dst": dst, "sport": int(sport),
                            "dport": int(dport), "proto": key.proto, "egress_ifindex": egress_ifindex}
         refs = self._tm_dsts.setdefault((switch_id, key.daddr), set())
         refs.add(ident)
-        self._update("tm_dsts", abi.TmDstKey(switch_id=switch_id, daddr=key.daddr), ct.c_uint32(len(refs)))
+        self.maps.update("tm_dsts", abi.TmDstKey(switch_id=switch_id, daddr=key.daddr), ct.c_uint32(len(refs)))
         self._set_switch_flag(switch_id, abi.SW_F_TM, True)   # also invalidates route_cache
 
     def tm_del(self, switch_id: int, *, src: str, dst: str, sport: int, dport: int, proto="udp") -> bool:
         key = self._tm_key(switch_id, src, dst, sport, dport, proto)
-        found = self._delete("tm", key)
+        found = self.maps.delete("tm", key)
         ident = (switch_id, src, dst, int(sport), int(dport), key.proto)
         self._tm.pop(ident, None)
         refs = self._tm_dsts.get((switch_id, key.daddr))
@@ -778,10 +708,10 @@ class SwitchDataplane:
             refs.discard(ident)
             dkey = abi.TmDstKey(switch_id=switch_id, daddr=key.daddr)
             if refs:
-                self._update("tm_dsts", dkey, ct.c_uint32(len(refs)))
+                self.maps.update("tm_dsts", dkey, ct.c_uint32(len(refs)))
             else:
                 del self._tm_dsts[(switch_id, key.daddr)]
-                self._delete("tm_dsts", dkey)
+                self.maps.delete("tm_dsts", dkey)
         # both invalidate route_cache (RC_F_TM)
         if not any(k[0] == switch_id for k in self._tm):
             self._set_switch_flag(switch_id, abi.SW_F_TM, False)
@@ -796,7 +726,7 @@ class SwitchDataplane:
             if switch_id is not None and sw != switch_id:
                 continue
             e = abi.TmEntry()
-            self._lookup("tm", self._tm_key(sw, src, dst, sport, dport, proto), e)
+            self.maps.lookup("tm", self._tm_key(sw, src, dst, sport, dport, proto), e)
             out.append({**info, "packets": e.packets, "bytes": e.bytes})
         return out
 
@@ -817,8 +747,8 @@ class SwitchDataplane:
     # ------------------------------------------------------------------ counters
     def port_counters(self, ifindex: int) -> dict:
         """rx_packets, rx_bytes, tx_packets, tx_bytes, drops: {reason: n} (summed over CPUs)."""
-        port = self._port(ifindex)
-        per_cpu = self._percpu("port_stats", port.slot, abi.PortStats)
+        port = self.port_info(ifindex)
+        per_cpu = self.maps.percpu("port_stats", port.slot, abi.PortStats)
         out = {f: sum(getattr(s, f) for s in per_cpu)
                for f in ("rx_packets", "rx_bytes", "tx_packets", "tx_bytes", "ecn_marked")}
         out["drops"] = {name: sum(s.drops[r] for s in per_cpu) for r, name in abi.DROP_REASONS.items()}
@@ -831,7 +761,7 @@ class SwitchDataplane:
         members = g.members if g else []
         out = []
         for i, (ifindex, _) in enumerate(members):
-            per_cpu = self._percpu("member_stats", group_id * self.max_members + i, abi.PktCount)
+            per_cpu = self.maps.percpu("member_stats", group_id * self.max_members + i, abi.PktCount)
             out.append({"ifindex": ifindex, "packets": sum(c.packets for c in per_cpu),
                         "bytes": sum(c.bytes for c in per_cpu)})
         return out
@@ -840,17 +770,17 @@ class SwitchDataplane:
         """{verdict: {packets, bytes}} for aborted, drop, pass, tx, redirect (all switches)."""
         out = {}
         for action, name in abi.XDP_ACTIONS.items():
-            per_cpu = self._percpu("verdict_stats", action, abi.PktCount)
+            per_cpu = self.maps.percpu("verdict_stats", action, abi.PktCount)
             out[name] = {"packets": sum(c.packets for c in per_cpu), "bytes": sum(c.bytes for c in per_cpu)}
         return out
 
     def drop_counters(self) -> dict:
         """{reason: packets} over all ports (includes unknown_port, counted only here)."""
-        return {name: sum(self._percpu("drop_stats", r, ct.c_uint64))
+        return {name: sum(self.maps.percpu("drop_stats", r, ct.c_uint64))
                 for r, name in abi.DROP_REASONS.items()}
 
     # ------------------------------------------------------------------ helpers
-    def _port(self, ifindex: int) -> abi.PortInfo:
+    def port_info(self, ifindex: int) -> abi.PortInfo:
         try:
             return self._ports[ifindex]
         except KeyError:
@@ -866,127 +796,3 @@ class SwitchDataplane:
 
 
 # ---------------------------------------------------------------------- bpffs
-def _mount_fstype(path: str) -> str | None:
-    """fstype of the mount that holds path (longest mount-point prefix)."""
-    best, fstype = "", None
-    with open("/proc/self/mounts") as f:
-        for line in f:
-            parts = line.split()
-            mnt, typ = parts[1].replace("\\040", " "), parts[2]
-            if (path == mnt or path.startswith(mnt.rstrip("/") + "/")) and len(mnt) >= len(best):
-                best, fstype = mnt, typ
-    return fstype
-
-
-def _ensure_bpffs(directory: str) -> None:
-    if _mount_fstype(directory) == "bpf":
-        return
-    if directory == BPFFS_ROOT or directory.startswith(BPFFS_ROOT + "/"):
-        if _mount_fstype(BPFFS_ROOT) != "bpf":
-            libc = ct.CDLL(None, use_errno=True)
-            if libc.mount(b"bpf", BPFFS_ROOT.encode(), b"bpf", 0, b"mode=0700") != 0:
-                err = ct.get_errno()
-                raise DataplaneError(f"cannot mount bpffs on {BPFFS_ROOT}: {os.strerror(err)}")
-        return
-    raise DataplaneError(f"{directory} is not on a bpf filesystem")
-
-
-# ---------------------------------------------------------------------- attach / detach
-_XDP_SETLINK = None
-
-
-def _xdp_setlink_class():
-    """An RTM_SETLINK message that carries only IFLA_XDP, with the kernel's own types.
-
-    pyroute2 0.7 (Debian 12) encodes IFLA_XDP_FLAGS as a 2-byte big-endian field, which
-    the kernel refuses with ERANGE, so the attribute layout is spelled out here. It derives
-    from nlmsg, not ifinfmsg: a subclass of ifinfmsg would inherit ifinfmsg's attribute
-    tables once pyroute2 has compiled them (after any link dump), and with them the bug."""
-    global _XDP_SETLINK
-    if _XDP_SETLINK is None:
-        from pyroute2.netlink import NLA_F_NESTED, nla, nlmsg
-
-        class xdp_setlink(nlmsg):
-            prefix = "IFLA_"
-            fields = (("family", "B"), ("__align", "x"), ("ifi_type", "H"), ("index", "i"),
-                      ("flags", "I"), ("change", "I"))   # struct ifinfomsg
-            nla_map = ((43, "IFLA_XDP", "xdp"),)        # IFLA_XDP in linux/if_link.h
-
-            class xdp(nla):
-                nla_flags = NLA_F_NESTED
-                nla_map = ((1, "IFLA_XDP_FD", "int32"), (3, "IFLA_XDP_FLAGS", "uint32"))
-
-        _XDP_SETLINK = xdp_setlink
-    return _XDP_SETLINK
-
-
-def _set_xdp(ipr, ifindex: int, fd: int, flags: int) -> None:
-    from pyroute2.netlink import NLM_F_ACK, NLM_F_REQUEST
-    from pyroute2.netlink.rtnl import RTM_SETLINK
-    msg = _xdp_setlink_class()()
-    msg["index"] = ifindex
-    msg["attrs"] = [("IFLA_XDP", {"attrs": [("IFLA_XDP_FD", fd), ("IFLA_XDP_FLAGS", flags)]})]
-    # tuple(): some pyroute2 versions answer with a generator that sends nothing until consumed
-    tuple(ipr.nlm_request(msg, msg_type=RTM_SETLINK, msg_flags=NLM_F_REQUEST | NLM_F_ACK))
-
-
-def _ipr_in(netns: str | None):
-    from pyroute2 import IPRoute
-    with in_netns(netns):   # the netlink socket stays bound to the netns it was opened in
-        return IPRoute()
-
-
-def attached_xdp(netns: str | None, ifindex: int) -> tuple[str | None, int]:
-    """(mode, prog_id) of the XDP program on ifindex: mode 'drv'/'generic'/... or None."""
-    ipr = _ipr_in(netns)
-    try:
-        link = ipr.link("get", index=ifindex)[0]
-    finally:
-        ipr.close()
-    xdp = link.get_attr("IFLA_XDP")
-    if xdp is None:
-        return None, 0
-    mode = xdp.get_attr("IFLA_XDP_ATTACHED")
-    prog_id = xdp.get_attr("IFLA_XDP_PROG_ID") or 0
-    return {"xdp": "drv", "xdpgeneric": "generic", "xdpoffload": "offload",
-            "xdpmulti": "multi"}.get(mode, mode), prog_id
-
-
-def attach_xdp(netns: str, ifindex: int, prog_fd: int, *, mode: str = "drv") -> str:
-    """Attach prog_fd to ifindex in netns over netlink (IFLA_XDP); replaces any program.
-
-    mode 'drv' (native; veth supports it) falls back to 'generic' only if the
-    driver attach fails. Returns the mode used.
-    """
-    from pyroute2.netlink.exceptions import NetlinkError
-    if mode not in _XDP_MODE_FLAGS:
-        raise ValueError(f"unknown XDP mode {mode!r}")
-    ipr = _ipr_in(netns)
-    try:
-        try:
-            _set_xdp(ipr, ifindex, prog_fd, _XDP_MODE_FLAGS[mode])
-            return "generic" if _XDP_MODE_FLAGS[mode] == XDP_FLAGS_SKB_MODE else "drv"
-        except NetlinkError as e:
-            if _XDP_MODE_FLAGS[mode] != XDP_FLAGS_DRV_MODE:
-                raise DataplaneError(f"XDP attach to ifindex {ifindex} in {netns}: {e}") from None
-            first = e
-        try:
-            _set_xdp(ipr, ifindex, prog_fd, XDP_FLAGS_SKB_MODE)
-            return "generic"
-        except NetlinkError as e:
-            raise DataplaneError(f"XDP attach to ifindex {ifindex} in {netns}: drv: {first}; generic: {e}") from None
-    finally:
-        ipr.close()
-
-
-def detach_xdp(netns: str, ifindex: int) -> None:
-    """Detach whatever XDP program (drv or generic) is on ifindex; no-op if none."""
-    mode, _ = attached_xdp(netns, ifindex)
-    if mode is None:
-        return
-    flags = XDP_FLAGS_SKB_MODE if mode == "generic" else XDP_FLAGS_DRV_MODE
-    ipr = _ipr_in(netns)
-    try:
-        _set_xdp(ipr, ifindex, -1, flags)
-    finally:
-        ipr.close()

@@ -156,6 +156,7 @@ def run_dataplane(args) -> int:
     from scapy.packet import Raw
 
     from dataplane import progtest
+    from dataplane.bpf_abi import ROCE_V2_UDP_PORT as ROCE_PORT
     from dataplane.netns_util import in_netns
     from dataplane.runtime import lifecycle
     from dataplane.switch_dataplane import SwitchDataplane
@@ -188,7 +189,7 @@ def run_dataplane(args) -> int:
         def frame(dst, roce=False):
             eth = Ether(src="02:00:00:00:aa:01", dst="02:00:00:00:01:01") / IP(src="10.9.0.2", dst=dst, ttl=255)
             if roce:
-                return bytes(eth / UDP(sport=1000, dport=4791) / BTH(opcode=0x0a, dqpn=5) / Raw(b"\0" * 50))
+                return bytes(eth / UDP(sport=1000, dport=ROCE_PORT) / BTH(opcode=0x0a, dqpn=5) / Raw(b"\0" * 50))
             return bytes(eth / UDP(sport=1000, dport=2000) / Raw(b"x" * 64))
 
         def median_ns(prog_fd, data):

@@ -1,10 +1,17 @@
 """`railab counters LAB [--switch NAME] [--json] [--links]`: switch port and group counters,
-read live from the data plane through the lab's agent."""
+read live from the data plane through the lab's agent, and the lab-wide XDP verdicts and
+drops by reason (drops no port owns, such as unknown_port, show only there)."""
 from __future__ import annotations
 
 import json
 
+from rich.console import Console
+from rich.table import Table
+
+from dataplane.agent import client
+from dataplane.agent.protocol import CounterSnapshot
 from dataplane.cli.common import load_lab, single_lab
+from dataplane.units import fmt_speed
 
 
 def register(sub) -> None:
@@ -16,9 +23,8 @@ def register(sub) -> None:
     p.set_defaults(func=run)
 
 
-def link_rows(spec, counters: dict) -> list[tuple[str, str, int, int]]:
+def link_rows(spec, counters: CounterSnapshot) -> list[tuple[str, str, int, int]]:
     """(end a, end b, packets a->b, packets b->a) per link, from the switch side(s)."""
-    switches = counters["switches"]
     rows, seen = [], set()
     for node in spec.nodes:
         for iface in node.interfaces:
@@ -27,27 +33,33 @@ def link_rows(spec, counters: dict) -> list[tuple[str, str, int, int]]:
             if key in seen:
                 continue
             seen.add(key)
-            peer_node, peer_if = iface.peer.split(":", 1)
-            mine = switches.get(node.name, {}).get("ports", {}).get(iface.name)
-            theirs = switches.get(peer_node, {}).get("ports", {}).get(peer_if)
-            forward = mine["tx_packets"] if mine else (theirs["rx_packets"] if theirs else 0)
-            backward = theirs["tx_packets"] if theirs else (mine["rx_packets"] if mine else 0)
+            mine = counters.port(node.name, iface.name)
+            theirs = counters.port(iface.peer_node, iface.peer_if)
+            forward = mine.tx_packets if mine else (theirs.rx_packets if theirs else 0)
+            backward = theirs.tx_packets if theirs else (mine.rx_packets if mine else 0)
             rows.append((here, iface.peer, forward, backward))
     return rows
 
 
-def run(args) -> int:
-    from dataplane.runtime import agent_client
+def lab_wide_table(lab: str, counters: CounterSnapshot) -> Table:
+    """Every XDP verdict of the lab's program and its drops by reason, all switches."""
+    table = Table(title=f"lab {lab}: all switches, every frame")
+    for column in ("verdict / drop reason", "packets", "bytes"):
+        table.add_column(column, justify="left" if column.startswith("verdict") else "right")
+    for verdict, c in counters.verdicts.items():
+        table.add_row(verdict, f"{c.get('packets', 0):,}", f"{c.get('bytes', 0):,}")
+    for reason, n in counters.drops.items():
+        table.add_row(f"drop: {reason}", f"{n:,}", "")
+    return table
 
+
+def run(args) -> int:
     lab = single_lab(args.lab)
     spec = load_lab(lab).spec
-    counters = agent_client.request(lab, "counters", switch=args.switch)
+    counters = client.counters(lab, args.switch)
     if args.json:
-        print(json.dumps(counters, indent=2))
+        print(json.dumps(counters.to_wire(), indent=2))
         return 0
-    from rich.console import Console
-    from rich.table import Table
-
     console = Console()
     if args.links:
         table = Table(title=f"lab {lab}: packets per link")
@@ -57,20 +69,18 @@ def run(args) -> int:
             table.add_row(a, b, str(fwd), str(back))
         console.print(table)
         return 0
-    from dataplane.cli.lb import fmt_speed
-
-    real = any("shaper" in c for d in counters["switches"].values() for c in d["ports"].values())
+    real = any(c.shaper is not None for _, _, c in counters.ports())
     table = Table(title=f"lab {lab}: switch ports (speed: emulated/nominal; queue: "
                         f"{'bytes waiting in each port shaper (real queues)' if real else 'virtual backlog'})")
     for column in ("switch", "port", "speed", "rx pkts", "tx pkts", "tx bytes", "ecn", "util", "queue B",
                    "drops"):
         table.add_column(column, justify="left" if column in ("switch", "port", "drops") else "right")
-    for switch, data in counters["switches"].items():
-        for port, c in data["ports"].items():
-            drops = ", ".join(f"{k}={v}" for k, v in c.get("drops", {}).items() if v) or "-"
-            speed = f"{fmt_speed(c.get('speed_bps', 0))}/{fmt_speed(c.get('nominal_speed_bps', 0))}"
-            table.add_row(switch, port, speed, str(c["rx_packets"]), str(c["tx_packets"]), str(c["tx_bytes"]),
-                          str(c.get("ecn_marked", 0)), f"{c.get('utilization', 0):.0%}",
-                          str((c.get("shaper") or {}).get("backlog_bytes", c.get("queue_bytes", 0))), drops)
+    for switch, port, c in counters.ports():
+        drops = ", ".join(f"{k}={v}" for k, v in c.drops.items() if v) or "-"
+        speed = f"{fmt_speed(c.speed_bps)}/{fmt_speed(c.nominal_speed_bps)}"
+        queue = c.shaper.get("backlog_bytes", c.queue_bytes) if c.shaper is not None else c.queue_bytes
+        table.add_row(switch, port, speed, str(c.rx_packets), str(c.tx_packets), str(c.tx_bytes),
+                      str(c.ecn_marked), f"{c.utilization:.0%}", str(queue), drops)
     console.print(table)
+    console.print(lab_wide_table(lab, counters))
     return 0

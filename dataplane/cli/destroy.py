@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from dataplane.errors import RuntimeStateError
+from dataplane.runtime import lifecycle
 
 
 def register(sub) -> None:
@@ -12,8 +13,6 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from dataplane.runtime import lifecycle
-
     if args.all == bool(args.lab):
         raise RuntimeStateError("destroy: name one lab or give --all")
     if args.all:

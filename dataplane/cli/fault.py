@@ -11,6 +11,10 @@
 from __future__ import annotations
 
 import json
+import sys
+
+from dataplane import faults
+from dataplane.cli.common import load_lab
 
 
 def register(sub) -> None:
@@ -53,7 +57,6 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    import sys
     try:
         return _run(args)
     except (ValueError, KeyError) as err:
@@ -62,8 +65,6 @@ def run(args) -> int:
 
 
 def _run(args) -> int:
-    from dataplane import faults
-    from dataplane.cli.common import load_lab
     cmd = args.fault_cmd
     lab = args.lab
     load_lab(lab)

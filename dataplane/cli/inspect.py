@@ -1,9 +1,13 @@
-"""`railab inspect [LAB] [--json]`: what a deployed lab consists of."""
+"""`railab inspect [LAB] [--json]`: what a deployed lab consists of; without LAB and with
+several labs up, every lab, one line each (as `containerlab inspect --all` lists them)."""
 from __future__ import annotations
 
 import json
 
-from dataplane.cli.common import load_lab, single_lab
+from rich.table import Table
+
+from dataplane.cli.common import console, load_lab, single_lab
+from dataplane.runtime import lifecycle, state
 
 
 def register(sub) -> None:
@@ -33,21 +37,52 @@ def describe(spec) -> dict:
     }
 
 
+def _status(lab_state) -> str:
+    if lab_state.status == "up" and not lifecycle.is_up(lab_state.spec.name):
+        return "broken"       # the agent died or namespaces went
+    return lab_state.status
+
+
+def run_all(labs: list[str], as_json: bool) -> int:
+    """Every lab: name, status, kind, nodes, links, source file."""
+    described = []
+    for lab in labs:
+        lab_state = state.load(lab)
+        if lab_state is None:      # only namespaces or pinned objects are left
+            described.append({"name": lab, "status": "leftovers", "nodes": [], "source": None, "kind": None,
+                              "runtime": None})
+            continue
+        data = describe(lab_state.spec)
+        data.update(status=_status(lab_state), kind=lab_state.spec.kind)
+        described.append(data)
+    if as_json:
+        print(json.dumps(described, indent=2))
+        return 0
+    table = Table(title=f"{len(labs)} labs (railab inspect LAB for one lab's nodes)")
+    for column in ("lab", "status", "runtime", "kind", "switches", "hosts", "links", "source"):
+        table.add_column(column, justify="right" if column in ("switches", "hosts", "links") else "left")
+    for data in described:
+        nodes = data["nodes"]
+        links = sum(len(n["interfaces"]) for n in nodes) // 2
+        switches = sum(1 for n in nodes if n["role"] != "host")
+        status = data["status"] + (f": railab destroy {data['name']}" if data["status"] in ("broken", "leftovers") else "")
+        table.add_row(data["name"], status, data["runtime"] or "-", data["kind"] or "-", str(switches), str(len(nodes) - switches),
+                      str(links), data["source"] or "-")
+    console().print(table)
+    return 0
+
+
 def run(args) -> int:
+    if not args.lab:
+        labs = state.known_labs()
+        if len(labs) > 1:
+            return run_all(labs, args.json)
     lab_state = load_lab(single_lab(args.lab))
     data = describe(lab_state.spec)
-    data["status"] = lab_state.status
-    if lab_state.status == "up":
-        from dataplane.runtime import lifecycle
-        if not lifecycle.is_up(lab_state.spec.name):   # the agent died or namespaces went
-            data["status"] = "broken"
+    data["status"] = _status(lab_state)
     if args.json:
         print(json.dumps(data, indent=2))
         return 0
-    from rich.table import Table
-
-    from dataplane.cli.common import console
-
     title = f"lab {data['name']} ({data['status']}, {data['runtime']} runtime)"
     if data["status"] == "broken":
         title += f": its agent or namespaces are gone; railab destroy {data['name']}"

@@ -4,9 +4,14 @@ from __future__ import annotations
 
 import json
 
+from rich.console import Console
+from rich.table import Table
+
 from dataplane import bpf_abi as abi
 from dataplane.cli.common import single_lab
 from dataplane.errors import UsageError
+from dataplane.lb import Fabric, expand_hash_fields
+from dataplane.units import fmt_speed
 
 
 def register(sub) -> None:
@@ -73,7 +78,6 @@ def _seed(text: str | None):
 
 
 def run_set(args) -> int:
-    from dataplane.lb import Fabric, expand_hash_fields
 
     lab = single_lab(args.lab)
     seed = _seed(args.seed)
@@ -101,23 +105,13 @@ def run_set(args) -> int:
     return 0
 
 
-def fmt_speed(bps: float) -> str:
-    for unit, div in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
-        if bps >= div:
-            return f"{bps / div:g}{unit}"
-    return f"{bps:g}"
-
-
 def run_show(args) -> int:
-    from dataplane.lb import Fabric
 
     lab = single_lab(args.lab)
     data = Fabric(lab).show()
     if args.json:
         print(json.dumps(data, indent=2))
         return 0
-    from rich.console import Console
-    from rich.table import Table
 
     pm = data["port_model"]
     console = Console()
@@ -145,7 +139,6 @@ def run_show(args) -> int:
 
 
 def run_port_model(args) -> int:
-    from dataplane.lb import Fabric
 
     lab = single_lab(args.lab)
     pm = Fabric(lab).set_port_model(scale=args.scale, buffer_bytes=args.buffer_bytes,

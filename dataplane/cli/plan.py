@@ -16,7 +16,12 @@ from rich.console import Console
 from rich.table import Table
 
 from dataplane import plan as sizing
+from dataplane.cli.topo import describe_nodes
+from dataplane.errors import PlanError
 from dataplane.plan import FatTreePlan, RailPlan, format_speed
+from dataplane.topology import clab
+from dataplane.topology.generate import command_line, generate
+from dataplane.topology.model import Role, Topology
 
 RAIL_DESIGNS = {
     "dual-plane": ("dual-plane rail-optimized: each NIC split over two identical planes", 2),
@@ -68,6 +73,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             p.add_argument("--oversubscription", default="1:1", metavar="DOWN:UP",
                            help="leaf downlink:uplink bandwidth (default 1:1)")
         p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+        p.add_argument("-o", "--output", metavar="FILE",
+                       help="also write the planned lab as a containerlab file (through the "
+                            "topology generator; `railab topo check` and `railab deploy` read it)")
+        p.add_argument("--name", help="lab name in the written file (default: the design's)")
         p.set_defaults(func=run_rail, rail_design=name)
 
 
@@ -100,7 +109,27 @@ def run_rail(args: argparse.Namespace) -> int:
         console = _console()
         console.print(rail_table(result))
         console.print(rail_details(result))
+    if args.output:
+        topo = write_lab(result, args.output, args.name)
+        print(f"wrote {args.output}: {describe_nodes(topo)}, {len(topo.links)} links",
+              file=sys.stderr if args.json else sys.stdout)
     return 0
+
+
+def write_lab(result: RailPlan, path: str, name: str | None = None) -> Topology:
+    """The planned fabric as a containerlab file, built by the topology generator; refused
+    if what the generator builds differs from the plan."""
+    kind, params = result.generator_params()
+    topo = generate(kind, name=name, **params)
+    roles = [n.role for n in topo.nodes.values()]
+    built = {"leaves": roles.count(Role.LEAF), "spines": roles.count(Role.SPINE),
+             "hosts": roles.count(Role.HOST)}
+    planned = {"leaves": result.leaves, "spines": result.spines, "hosts": result.servers}
+    if built != planned:
+        raise PlanError(f"the generator builds {built} where the plan has {planned}; not written")
+    header = f"railab {topo.kind} fabric, as planned by railab plan. Same as: {command_line(topo)}"
+    clab.write(topo, path, header)
+    return topo
 
 
 # --------------------------------------------------------------------------- rendering

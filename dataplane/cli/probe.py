@@ -4,7 +4,9 @@ from __future__ import annotations
 import json
 import time
 
+from dataplane.agent import client
 from dataplane.cli.common import load_lab, single_lab
+from dataplane.probe import run_probe, send_once
 
 
 def register(sub) -> None:
@@ -15,23 +17,17 @@ def register(sub) -> None:
 
 
 def _counter_totals(lab: str) -> dict[str, dict]:
-    from dataplane.runtime import agent_client
-
-    snapshot = agent_client.request(lab, "counters")["switches"]
-    totals = {}
-    for switch, data in snapshot.items():
-        rx = sum(p.get("rx_packets", 0) for p in data["ports"].values())
-        drops: dict[str, int] = {}
-        for port in data["ports"].values():
-            for reason, n in port.get("drops", {}).items():
-                drops[reason] = drops.get(reason, 0) + n
-        totals[switch] = {"rx": rx, "drops": drops}
+    """Per switch: packets received and drops by reason, over all its ports."""
+    totals: dict[str, dict] = {}
+    for switch, _, c in client.counters(lab).ports():
+        total = totals.setdefault(switch, {"rx": 0, "drops": {}})
+        total["rx"] += c.rx_packets
+        for reason, n in c.drops.items():
+            total["drops"][reason] = total["drops"].get(reason, 0) + n
     return totals
 
 
 def make_tracer(spec):
-    from dataplane.probe import send_once
-
     def trace(src, dst) -> str:
         before = _counter_totals(spec.name)
         send_once(spec, src, dst)
@@ -54,8 +50,6 @@ def make_tracer(spec):
 
 
 def run(args) -> int:
-    from dataplane.probe import run_probe
-
     lab = single_lab(args.lab)
     spec = load_lab(lab).spec
     result = run_probe(spec, tracer=make_tracer(spec))

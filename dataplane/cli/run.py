@@ -3,6 +3,12 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
+
+from rich.console import Console
+
+from dataplane.runtime import lifecycle
+from dataplane.runtime.state import check_lab_name
 
 
 def register(sub) -> None:
@@ -17,15 +23,13 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
+    # the experiment and its report import numpy and rich's progress: only when running
     from dataplane.experiment import session, spec
-    from dataplane.runtime import lifecycle
 
     exp = spec.load(args.experiment)      # every check happens before anything is deployed
     if args.name is not None:
-        from dataplane.runtime.state import check_lab_name
         check_lab_name(args.name)
     if args.output:
-        from pathlib import Path
         exp.output = Path(args.output)
     session.check_output(exp.output)
     lifecycle.require_root()
@@ -44,14 +48,10 @@ def run(args) -> int:
         }
         print(json.dumps(summary, indent=2))
         return 0
-    from rich.console import Console
-
-    from dataplane.report import table
-
-    from dataplane.experiment.session import report_view
+    table = session.table
 
     console = Console(width=None if sys.stdout.isatty() else 160)
-    console.print(table.build_table(report_view(results), title=results["experiment"]))
+    console.print(table.build_table(session.report_view(results), title=results["experiment"]))
     console.print(f"results: {folder}/results.json")
     for plot in results.get("plots", []):
         console.print(f"plot: {plot}")

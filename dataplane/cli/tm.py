@@ -6,6 +6,7 @@ import json
 
 from dataplane.cli.common import single_lab
 from dataplane.errors import UsageError
+from dataplane.lb import Fabric
 
 
 def register(sub) -> None:
@@ -36,7 +37,6 @@ def _flow(args) -> dict:
 
 
 def run_add(args) -> int:
-    from dataplane.lb import Fabric
     lab = single_lab(args.lab)
     Fabric(lab).tm_add(args.switch, egress=args.egress, **_flow(args))
     print(f"lab {lab}: {args.switch}: {args.src}:{args.sport} -> {args.dst}:{args.dport} {args.proto} "
@@ -45,7 +45,6 @@ def run_add(args) -> int:
 
 
 def run_del(args) -> int:
-    from dataplane.lb import Fabric
     lab = single_lab(args.lab)
     found = Fabric(lab).tm_del(args.switch, **_flow(args))
     if not found:
@@ -56,7 +55,6 @@ def run_del(args) -> int:
 
 
 def run_list(args) -> int:
-    from dataplane.lb import Fabric
     lab = single_lab(args.lab)
     entries = Fabric(lab).tm_list(args.switch)
     if args.json:

@@ -1,7 +1,7 @@
 """`railab top [LAB] [--interval 0.5] [--once] [--switch NAME] [--limit N]`: a live view of
 the fabric's switch ports, busiest first.
 
-Every poll asks the lab's agent for its counters (`agent_client.request(lab, "counters")`).
+Every poll asks the lab's agent for its counters (`dataplane.agent.client`).
 Rates come from counter deltas between two polls divided by the time between them:
   tx/rx rate  = delta tx_bytes/rx_bytes x 8 / dt (b/s)
   util        = tx rate / emulated port speed (None when the port has no port model)
@@ -17,12 +17,21 @@ tested with synthetic snapshots; `run` only polls and displays.
 """
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, field
 
-from dataplane.cli.common import load_lab, single_lab
+from rich import box
+from rich.console import Console
+from rich.live import Live
+from rich.table import Table
 
-TIER = {"host": 0, "leaf": 1, "spine": 2, "core": 3}
+from dataplane.agent import client
+from dataplane.cli.common import load_lab, single_lab
+from dataplane.errors import UsageError
+from dataplane.topology.model import TIER
+from dataplane.units import fmt_bps
+
 
 
 def register(sub) -> None:
@@ -69,8 +78,7 @@ def port_directory(spec) -> dict[tuple[str, str], dict]:
         if node.role == "host":
             continue
         for iface in node.interfaces:
-            peer_node = iface.peer.split(":", 1)[0]
-            mine, theirs = TIER.get(node.role), TIER.get(roles.get(peer_node, ""))
+            mine, theirs = TIER.get(node.role), TIER.get(roles.get(iface.peer_node, ""))
             direction = "" if mine is None or theirs is None else ("up" if theirs > mine else "down")
             out[(node.name, iface.name)] = {"peer": iface.peer, "direction": direction,
                                             "nominal_bps": iface.speed_bps}
@@ -139,12 +147,7 @@ def compute_rows(prev: dict | None, cur: dict, dt: float, spec=None) -> list[Por
 # ----------------------------------------------------------------------------- display
 
 def _bps(v: float | None) -> str:
-    if v is None:
-        return "-"
-    for unit, div in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
-        if v >= div:
-            return f"{v / div:.3g}{unit}"
-    return f"{v:.0f}"
+    return fmt_bps(v, short=True, small=".0f")
 
 
 def _bar(frac: float | None, width: int = 6) -> str:
@@ -158,8 +161,6 @@ def _bar(frac: float | None, width: int = 6) -> str:
 
 def build_table(rows: list[PortRow], *, lab: str = "", interval: float | None = None,
                 limit: int | None = None, stamp: str | None = None):
-    from rich import box
-    from rich.table import Table
 
     shown = rows if not limit or limit <= 0 else rows[:limit]
     up = [r for r in rows if r.direction == "up"]
@@ -214,19 +215,12 @@ def build_table(rows: list[PortRow], *, lab: str = "", interval: float | None = 
 
 
 def poll(lab: str, switch: str | None = None) -> tuple[dict, float]:
-    from dataplane.runtime import agent_client
-
     before = time.monotonic()
-    counters = agent_client.request(lab, "counters", switch=switch)
+    counters = client.request(lab, "counters", switch=switch)
     return counters, (before + time.monotonic()) / 2
 
 
 def run(args) -> int:
-    from rich.console import Console
-
-    import math
-
-    from dataplane.errors import UsageError
     if not (math.isfinite(args.interval) and 0 < args.interval <= 3600):
         raise UsageError(f"--interval {args.interval}: must be more than 0 and at most 3600 seconds")
     if args.limit is not None and args.limit < 1:
@@ -243,8 +237,6 @@ def run(args) -> int:
         rows = compute_rows(prev, cur, t_cur - t_prev, spec)
         console.print(build_table(rows, lab=lab, interval=args.interval, limit=args.limit))
         return 0
-    from rich.live import Live
-
     def limit() -> int:
         return args.limit if args.limit is not None else max(5, console.size.height - 9)
 

@@ -7,6 +7,7 @@ import sys
 from collections import Counter
 
 from dataplane.topology import clab
+from dataplane.topology.addressing import plan_addresses
 from dataplane.topology.generate import ALL_PARAMS, command_line, flag, generate
 from dataplane.topology.infer import natural_key
 from dataplane.topology.model import FABRIC_KINDS, TIER, Role, Topology
@@ -63,7 +64,6 @@ def run_gen(args: argparse.Namespace) -> int:
 
 
 def run_check(args: argparse.Namespace) -> int:
-    from dataplane.topology.addressing import plan_addresses
     loaded = clab.load(args.file)
     plan_addresses(loaded.topology)      # what deploy would refuse, check refuses too
     for warning in loaded.warnings:

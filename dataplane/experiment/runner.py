@@ -8,17 +8,23 @@ counters and per-flow statistics from the receivers.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
 import threading
 import time
 from dataclasses import dataclass
-from ipaddress import IPv4Interface
+from ipaddress import IPv4Address, IPv4Interface, IPv4Network
 
+from dataplane import faults
+from dataplane.agent import client
+from dataplane.agent.protocol import CounterSnapshot
 from dataplane.experiment.spec import Experiment, ModeSpec
 from dataplane.lb import Fabric
+from dataplane.pathtrace import FlowKey, path_links, touches
 from dataplane.runtime.labspec import LabSpec
+from dataplane.topology.model import TIER
 from dataplane.traffic import workload as wl
 from dataplane.traffic.hostrun import flow_to_json  # noqa: F401 (re-exported)
 
@@ -27,22 +33,11 @@ DRAIN_POLL_S = 0.02
 DRAIN_LIMIT_S = 30.0       # a queue still full after this is stuck, not draining
 
 
-def queued_bytes(counters: dict) -> int:
-    """Bytes waiting in the fabric's emulated ports now: the virtual backlog and, for
-    real queues, what sits in their shapers."""
-    total = 0
-    for sw in counters["switches"].values():
-        for port in sw["ports"].values():
-            total += max(int(port.get("queue_bytes") or 0),
-                         int((port.get("shaper") or {}).get("backlog_bytes", 0)))
-    return total
-
-
 def wait_for_drain(fabric: Fabric, limit_s: float = DRAIN_LIMIT_S) -> float:
     """Poll until every emulated port's queue is empty (frames still queued when the
     senders stop are delivered, not counted as lost); returns the seconds waited."""
     start = time.monotonic()
-    while queued_bytes(fabric.counters()) and time.monotonic() - start < limit_s:
+    while fabric.snapshot().waiting_bytes() and time.monotonic() - start < limit_s:
         time.sleep(DRAIN_POLL_S)
     return time.monotonic() - start
 
@@ -83,61 +78,49 @@ def _spawn(args: list[str]) -> subprocess.Popen:
                             text=True)
 
 
-TIER_ORDER = {"host": 0, "leaf": 1, "spine": 2, "core": 3}
-
-
-def _first_known(values: list[int | None]) -> int:
-    """A link's count from whichever end is a switch (hosts have no counters)."""
-    return next((v for v in values if v is not None), 0)
-
-
-def _link_bytes(spec: LabSpec, before: dict, after: dict) -> list[dict]:
+def _link_bytes(spec: LabSpec, before: CounterSnapshot, after: CounterSnapshot) -> list[dict]:
+    """Per link, oriented upwards (host -> leaf -> spine -> core: a->b is "up"): bytes and
+    packets each way from whichever end is a switch (hosts have no counters), the
+    nominal speed and the emulated speed the agent reported for the link's ports."""
     roles = {n.name: n.role for n in spec.nodes}
-    b_sw, a_sw = before["switches"], after["switches"]
+    delta = after.minus(before)
 
-    def delta(node: str, port: str, field: str) -> int | None:
-        if node not in a_sw or port not in a_sw[node]["ports"]:
-            return None
-        return a_sw[node]["ports"][port][field] - b_sw[node]["ports"][port][field]
+    def count(a: tuple[str, str], b: tuple[str, str], field: str) -> int:
+        """a -> b: what a sent, else what b received, else 0."""
+        sent, got = delta.port(*a), delta.port(*b)
+        if sent is not None:
+            return getattr(sent, f"tx_{field}")
+        return getattr(got, f"rx_{field}") if got is not None else 0
 
     links, seen = [], set()
     for node in spec.nodes:
         for iface in node.interfaces:
-            peer_node, peer_if = iface.peer.split(":", 1)
             key = frozenset((f"{node.name}:{iface.name}", iface.peer))
             if key in seen:
                 continue
             seen.add(key)
-            a, b = (node.name, iface.name), (peer_node, peer_if)
-            # Orient links upwards (host -> leaf -> spine -> core) so that a->b is "up".
-            if TIER_ORDER[roles[a[0]]] > TIER_ORDER[roles[b[0]]]:
+            a, b = (node.name, iface.name), (iface.peer_node, iface.peer_if)
+            if TIER[roles[a[0]]] > TIER[roles[b[0]]]:
                 a, b = b, a
-            ab = [delta(*a, "tx_bytes"), delta(*b, "rx_bytes")]
-            ba = [delta(*b, "tx_bytes"), delta(*a, "rx_bytes")]
-            pab = [delta(*a, "tx_packets"), delta(*b, "rx_packets")]
-            pba = [delta(*b, "tx_packets"), delta(*a, "rx_packets")]
-            port = a_sw.get(a[0], {}).get("ports", {}).get(a[1], {}) or \
-                a_sw.get(b[0], {}).get("ports", {}).get(b[1], {})
+            port = after.port(*a) or after.port(*b)
             links.append({
                 "a": f"{a[0]}:{a[1]}", "b": f"{b[0]}:{b[1]}", "a_role": roles[a[0]], "b_role": roles[b[0]],
-                "bytes_ab": _first_known(ab), "bytes_ba": _first_known(ba),
-                "packets_ab": _first_known(pab), "packets_ba": _first_known(pba),
-                "speed_bps": iface.speed_bps, "scaled_bps": port.get("scaled_bps"),
+                "bytes_ab": count(a, b, "bytes"), "bytes_ba": count(b, a, "bytes"),
+                "packets_ab": count(a, b, "packets"), "packets_ba": count(b, a, "packets"),
+                # the record's names: speed_bps nominal, scaled_bps emulated (None: no port model)
+                "speed_bps": iface.speed_bps, "scaled_bps": (port.speed_bps or None) if port else None,
             })
     return links
 
 
-def _switch_totals(before: dict, after: dict) -> dict:
+def _switch_totals(before: CounterSnapshot, after: CounterSnapshot) -> dict:
     drops: dict[str, int] = {}
     ecn = 0
-    for name, data in after["switches"].items():
-        for port, c in data["ports"].items():
-            old = before["switches"][name]["ports"][port]
-            for reason, n in c.get("drops", {}).items():
-                d = n - old.get("drops", {}).get(reason, 0)
-                if d:
-                    drops[reason] = drops.get(reason, 0) + d
-            ecn += c.get("ecn_marked", 0) - old.get("ecn_marked", 0)
+    for _, _, c in after.minus(before).ports():
+        for reason, n in c.drops.items():
+            if n:
+                drops[reason] = drops.get(reason, 0) + n
+        ecn += c.ecn_marked
     return {"drops": sum(drops.values()), "drops_by_reason": drops, "ecn_marked": ecn}
 
 
@@ -152,15 +135,41 @@ _UNDO = {"link-down": "link-up", "switch-down": "switch-up", "plane-down": "plan
          "degrade": "restore"}
 
 
+def equal_buckets(samples: list[tuple[float, int]], width: float) -> list[dict]:
+    """Delivered throughput in equal buckets [k w, (k+1) w) from the common start (t = 0),
+    from cumulative byte counts sampled at any times (the first at t = 0): the count at a
+    bucket's edge is interpolated between the samples around it, so a bucket's rate does
+    not depend on when the counters happened to be read. Each point is {t: the bucket's
+    end, bps}."""
+    out: list[dict] = []
+    if len(samples) < 2 or width <= 0:
+        return out
+
+    def at(x: float) -> float:
+        for (t1, b1), (t2, b2) in zip(samples, samples[1:]):
+            if x <= t2:
+                return b1 + (b2 - b1) * (x - t1) / (t2 - t1) if t2 > t1 else b2
+        return samples[-1][1]
+
+    k = 1
+    while k * width <= samples[-1][0] + 1e-9:
+        out.append({"t": round(k * width, 4), "bps": (at(k * width) - at((k - 1) * width)) * 8 / width})
+        k += 1
+    return out
+
+
 class _RunClock(threading.Thread):
-    """While the senders run: samples delivered throughput from the switches' counters
-    and fires the experiment's scheduled faults (and their `for:` repairs) on time."""
+    """While the senders run: samples delivered bytes from the switches' counters and
+    fires the experiment's scheduled faults (and their `for:` repairs) on time. Times
+    count from the common start (mark_start(), just before the senders are told "go");
+    the timeline is made of equal buckets from it (equal_buckets)."""
 
     def __init__(self, spec: LabSpec, fabric: Fabric, events: list[dict], sample_s: float):
         super().__init__(daemon=True)
         self.spec, self.fabric, self.sample_s = spec, fabric, sample_s
+        hosts = {h.name for h in spec.hosts}
         self.host_ports = {(n.name, i.name) for n in spec.switches for i in n.interfaces
-                           if i.peer.split(":", 1)[0] in {h.name for h in spec.hosts}}
+                           if i.peer_node in hosts}
         self.pending = []
         for event in events:
             self.pending.append((event["at"], event))
@@ -169,21 +178,37 @@ class _RunClock(threading.Thread):
                 undo["fault"] = _UNDO[event["fault"]]
                 self.pending.append((event["at"] + event["for"], undo))
         self.pending.sort(key=lambda p: p[0])
+        self.samples: list[tuple[float, int]] = []
         self.timeline: list[dict] = []
         self.fired: list[dict] = []
         self.error: str | None = None
         self.stop = threading.Event()
         self.t0 = time.monotonic()
 
-    def _delivered_bytes(self) -> int:
-        switches = self.fabric.counters()["switches"]
-        return sum(switches[s]["ports"][p]["tx_bytes"] for s, p in self.host_ports
-                   if s in switches and p in switches[s]["ports"])
+    def _sample(self) -> None:
+        """(time the counters were read, bytes delivered to hosts so far). A port counts
+        a frame as sent when it queues it: what still waits in the host ports' queues
+        has not been delivered yet (else queues filling at the start would show as a
+        burst above what the ports can carry)."""
+        asked = time.monotonic()
+        snap = self.fabric.snapshot()
+        # the agent's own time of reading, else the middle of the request
+        t = (snap.t_ns / 1e9 if snap.t_ns is not None else (asked + time.monotonic()) / 2) - self.t0
+        ports = [snap.port(s, p) for s, p in self.host_ports]
+        delivered = sum(max(c.tx_bytes - c.waiting_bytes, 0) for c in ports if c is not None)
+        self.samples.append((max(t, 0.0), delivered))
+
+    def mark_start(self) -> float:
+        """The common start: the delivered bytes now count as t = 0. Returns its time."""
+        self.t0 = time.monotonic()
+        self._sample()
+        self.samples[-1] = (0.0, self.samples[-1][1])
+        return self.t0
 
     def run(self) -> None:
-        from dataplane import faults
-
-        last_t, last_bytes = 0.0, self._delivered_bytes()
+        if not self.samples:
+            self.mark_start()
+        next_sample = self.sample_s
         while not self.stop.is_set():
             now = time.monotonic() - self.t0
             while self.pending and self.pending[0][0] <= now:
@@ -194,11 +219,12 @@ class _RunClock(threading.Thread):
                     self.fired.append({"t": time.monotonic() - self.t0, "at": at, "what": what})
                 except Exception as err:  # reported with the run, not fatal to it
                     self.error = f"event {event}: {err}"
-            if now - last_t >= self.sample_s:
-                delivered = self._delivered_bytes()
-                self.timeline.append({"t": round(now, 4), "bps": (delivered - last_bytes) * 8 / (now - last_t)})
-                last_t, last_bytes = now, delivered
+            if now >= next_sample:
+                self._sample()
+                next_sample = (int(now / self.sample_s) + 1) * self.sample_s
             self.stop.wait(min(self.sample_s / 4, 0.02))
+        self._sample()
+        self.timeline = equal_buckets(self.samples, self.sample_s)
 
 
 PER_PACKET_MODES = ("spray-rr", "spray-random", "spraylink")
@@ -206,17 +232,13 @@ PER_PACKET_MODES = ("spray-rr", "spray-random", "spraylink")
 
 def trace_flows(spec: LabSpec, flows: list[wl.Flow], ports: dict[int, str]) -> dict[int, dict]:
     """The path the data plane picks for each flow, asked of the program itself."""
-    from dataplane.runtime import agent_client
-
     keys = [{"src": f"{f.src_host}:{ports[f.flow_id]}", "src_ip": f.src_ip, "dst_ip": f.dst_ip,
              "sport": f.src_port, "dport": f.dst_port, "dqpn": f.dst_qp} for f in flows]
-    traced = agent_client.request(spec.name, "trace", flows=keys, timeout_s=120)
+    traced = client.request(spec.name, "trace", flows=keys, timeout_s=120)
     return {f.flow_id: {"key": k, **t} for f, k, t in zip(flows, keys, traced)}
 
 
 def _on_failed(spec: LabSpec, path: dict, events: list[dict]) -> bool:
-    from dataplane.pathtrace import FlowKey, path_links, touches
-
     links = path_links(spec, FlowKey(**path["key"]), path)
     return any(touches(spec, links, e) for e in events
                if e["fault"] in ("link-down", "switch-down", "plane-down", "degrade"))
@@ -228,9 +250,6 @@ def pxn_relay(spec: LabSpec, flows: list[wl.Flow]) -> list[wl.Flow]:
     crosses to that GPU over NVLink (in-host) and its NIC sends it. The senders use raw
     sockets on a fixed port, so the host's relay routes (which do this for the kernel's
     own traffic) are applied here."""
-    import dataclasses
-    from ipaddress import IPv4Address, IPv4Network
-
     out = []
     for flow in flows:
         nics = spec.host_nics.get(flow.src_host, [])
@@ -262,7 +281,7 @@ def run_once(spec: LabSpec, experiment: Experiment, flows: list[wl.Flow], label:
     paths = trace_flows(spec, flows, ports)
 
     procs: dict[str, _HostProcs] = {h: _HostProcs(h, by_name[h].netns) for h in set(senders) | set(receivers)}
-    before = fabric.counters()
+    before = fabric.snapshot()
     try:
         for host in receivers:
             ports = [i.name for i in by_name[host].interfaces]
@@ -284,7 +303,7 @@ def run_once(spec: LabSpec, experiment: Experiment, flows: list[wl.Flow], label:
                 err = procs[host].sender.stderr.read().strip().splitlines()
                 raise RuntimeError(f"sender in {host} failed: {err[-1] if err else line}")
         clock = _RunClock(spec, fabric, experiment.events, experiment.sample_s)
-        started = time.monotonic()
+        started = clock.mark_start()
         for host in senders:
             procs[host].sender.stdin.write("go\n")
             procs[host].sender.stdin.close()
@@ -318,14 +337,13 @@ def run_once(spec: LabSpec, experiment: Experiment, flows: list[wl.Flow], label:
             clock.stop.set()
             clock.join()
         if experiment.events:
-            from dataplane import faults
             faults.clear(spec.name)
         for p in procs.values():
             for proc in (p.sender, p.receiver):
                 if proc is not None and proc.poll() is None:
                     proc.kill()
                     proc.wait()
-    after = fabric.counters()
+    after = fabric.snapshot()
 
     flow_records = []
     for flow in flows:

@@ -12,9 +12,12 @@ import time
 from contextlib import nullcontext
 from pathlib import Path
 
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
 from dataplane.experiment import runner
-from dataplane.experiment.spec import Experiment, ModeSpec
+from dataplane.experiment.spec import Experiment, ExperimentError, ModeSpec
 from dataplane.lb import Fabric
+from dataplane.report import metrics, table
 from dataplane.runtime import labspec, lifecycle, state
 from dataplane.topology import clab
 from dataplane.traffic import workload as wl
@@ -40,8 +43,6 @@ def _steps(exp: Experiment) -> int:
 
 def run(exp: Experiment, progress=None, lab_name: str | None = None,
         runtime: str = "netns") -> tuple[dict, Path]:
-    from dataplane.report import metrics
-
     topo = clab.read(exp.lab_file)
     if lab_name:
         topo.name = lab_name
@@ -58,9 +59,9 @@ def run(exp: Experiment, progress=None, lab_name: str | None = None,
     else:
         spec = state.load(spec.name).spec
     fabric = Fabric(spec.name)
-    found_model = fabric.show()["port_model"]
+    found = fabric.show()          # load balancing and port model as the lab is now
     try:
-        fabric.set_port_model(**experiment_port_model(exp.port_model, found_model))
+        fabric.set_port_model(**experiment_port_model(exp.port_model, found["port_model"]))
         flows = wl.generate(exp.workload, runner.workload_hosts(spec))
         advance(f"{len(flows)} flows")
         results: dict = {
@@ -92,8 +93,7 @@ def run(exp: Experiment, progress=None, lab_name: str | None = None,
             lifecycle.destroy(spec.name)
         elif lifecycle.is_up(spec.name):
             # Leave the lab's load balancing and ports as the experiment found them.
-            fabric.set_mode("ecmp", seed="auto")
-            fabric.set_port_model(**found_model)
+            fabric.restore(found)
     folder = write(results, exp)
     return results, folder
 
@@ -107,7 +107,6 @@ def report_view(results: dict) -> dict[str, list[dict]]:
 
 def check_output(folder: Path) -> None:
     """Make the results folder now, so a bad one is said before anything is deployed."""
-    from dataplane.experiment.spec import ExperimentError
     if folder.exists() and not folder.is_dir():
         raise ExperimentError(f"output folder {folder}: is a file, not a folder")
     try:
@@ -119,24 +118,23 @@ def check_output(folder: Path) -> None:
 
 
 def write(results: dict, exp: Experiment) -> Path:
-    from dataplane.report import plots, sweep, table
+    # plots and sweep import matplotlib (about a second): deferred to when results are written
+    from dataplane.report import plots, sweep
 
     folder = exp.output / f"{exp.name}-{time.strftime('%Y%m%d-%H%M%S')}"
     folder.mkdir(parents=True, exist_ok=True)
     view = report_view(results)
-    (folder / "results.json").write_text(json.dumps(results, indent=1))
     text = table.render_text(view, title=exp.name)
     if results["sweeps"]:
         text += "\n" + sweep.render_sweep_text(view)
     (folder / "table.txt").write_text(text)
     results["plots"] = [str(p) for p in plots.write_plots(view, folder)]
-    (folder / "results.json").write_text(json.dumps(results, indent=1))
+    (folder / "results.json").write_text(json.dumps(results, indent=1))    # once, complete
     return folder
 
 
 def progress_bar(enabled: bool):
     if not enabled:
         return nullcontext(None)
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     return Progress(TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(), transient=True)

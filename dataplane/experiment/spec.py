@@ -21,11 +21,15 @@ from pathlib import Path
 
 import jsonschema
 
+from dataplane import bpf_abi as abi
 from dataplane import yamlfile
 from dataplane.errors import RailabError
+from dataplane.runtime import labspec
+from dataplane.topology import clab
 from dataplane.traffic import workload as wl
+from dataplane.units import parse_speed
 
-MODES = ("ecmp", "lbn", "flowlet", "spray-rr", "spray-random", "spraylink", "wcmp")
+MODES = tuple(abi.LB_MODES)   # the data plane's modes: a new one is usable here at once
 
 
 class ExperimentError(RailabError):
@@ -200,8 +204,6 @@ def _check_mode_targets(source: Path, lab_file: Path, modes: list[ModeSpec]) -> 
     if not any(m.options.get("switch") or m.options.get("weights") is not None
                or m.options.get("seed") is not None for m in modes):
         return
-    from dataplane.runtime import labspec
-    from dataplane.topology import clab
 
     spec = labspec.build(clab.read(lab_file), str(lab_file))
     roles = {n.name: n.role for n in spec.switches}
@@ -231,9 +233,6 @@ def _check_events(source: Path, lab_file: Path, events: list[dict], duration: fl
     """Events name real endpoints, switches and planes of the lab, inside the run."""
     if not events:
         return []
-    from dataplane.faults import parse_speed
-    from dataplane.topology import clab
-
     topo = clab.read(lab_file)
     endpoints = {f"{l.a.node}:{l.a.interface}" for l in topo.links} | \
                 {f"{l.b.node}:{l.b.interface}" for l in topo.links}

@@ -25,14 +25,16 @@ from matplotlib.cm import ScalarMappable
 from matplotlib.collections import LineCollection
 from matplotlib.colors import Normalize
 from matplotlib.figure import Figure
+from matplotlib.transforms import blended_transform_factory
 
 from dataplane.report import metrics as m
+from dataplane.report import sweep
 from dataplane.report.table import fmt_bps, fmt_us
+from dataplane.topology.model import TIER
 
 DPI = 110
 PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2",
            "#17becf", "#bcbd22", "#7f7f7f")
-TIER_Y = {"host": 0, "leaf": 1, "spine": 2, "core": 3}
 TIER_NAME = {"host": "hosts", "leaf": "leaves", "spine": "spines", "core": "cores"}
 ROLE_STYLE = {"host": ("s", "#606060"), "leaf": ("o", "#1f4e9c"), "spine": ("D", "#7b2d8b"),
               "core": ("h", "#8b2d2d")}
@@ -166,7 +168,6 @@ def plot_uplink_loads(results, path) -> Path | None:
 
 def _group_ticks(ax, ups: list[dict]) -> None:
     """Port names as tick labels, the switch name once under its group of bars."""
-    from matplotlib.transforms import blended_transform_factory
 
     n = len(ups)
     ports = [u["lower"].split(":", 1)[-1] for u in ups]
@@ -314,7 +315,7 @@ def fabric_layout(run: dict) -> dict[str, tuple[float, float]]:
             lo, span = planes.index(plane) * band, band
         step = span / len(names)
         for i, name in enumerate(names):
-            pos[name] = (lo + (i + 0.5) * step, float(TIER_Y.get(role, 0)))
+            pos[name] = (lo + (i + 0.5) * step, float(TIER.get(role, 0)))
     return pos
 
 
@@ -338,7 +339,7 @@ def plot_fabric(run: dict, path, *, vmax_bps: float | None = None, title: str | 
     cmap = matplotlib.colormaps[LOAD_CMAP]
     xs = [p[0] for p in pos.values()] or [0.0]
     width = max(xs) + 0.5
-    tiers = sorted({TIER_Y.get(r, 0) for r in roles.values()})
+    tiers = sorted({TIER.get(r, 0) for r in roles.values()})
     fig_w = min(26.0, max(9.0, width * 0.55 + 2.5))
     fig = Figure(figsize=(fig_w, 1.7 * len(tiers) + 1.3), layout="constrained")
     ax = fig.subplots()
@@ -385,7 +386,7 @@ def plot_fabric(run: dict, path, *, vmax_bps: float | None = None, title: str | 
                     bbox={"boxstyle": "round,pad=0.15", "facecolor": "white", "edgecolor": "none",
                           "alpha": 0.8})
     for role in {r for r in roles.values()}:
-        y = TIER_Y.get(role, 0)
+        y = TIER.get(role, 0)
         ax.text(-0.35, y, TIER_NAME.get(role, role), ha="right", va="center", fontsize=10,
                 fontweight="bold", color="#444444")
     planes = sorted({n.get("plane") for n in run.get("nodes", []) if n.get("plane") is not None})
@@ -480,8 +481,6 @@ def plot_timeline(results, path) -> Path | None:
 
 def write_plots(results, folder) -> list[Path]:
     """Write every picture the results allow into `folder`; the paths written."""
-    from dataplane.report import sweep
-
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     groups = m.group_runs(results)

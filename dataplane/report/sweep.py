@@ -15,6 +15,7 @@ from pathlib import Path
 from matplotlib.figure import Figure
 
 from dataplane.report import metrics as m
+from dataplane.units import fmt_bps, fmt_us
 
 SWEEP_PERCENTILES = (5, 25, 50, 75, 95)
 
@@ -37,8 +38,6 @@ def sweep_summary(results, percentiles=SWEEP_PERCENTILES) -> dict:
 def render_sweep_text(results) -> str:
     """A few plain lines per swept mode: each headline metric's mean ± std [p5, p95], and
     the idle-uplink comparison."""
-    from dataplane.report.table import fmt_bps, fmt_us
-
     fmt = {"goodput_bps": fmt_bps, "fct_p50_us": fmt_us, "fct_p99_us": fmt_us}
     lines = []
     for label, s in sweep_summary(results).items():

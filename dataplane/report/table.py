@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.table import Table
 
 from dataplane.report import metrics as m
+from dataplane.units import fmt_bps, fmt_us  # noqa: F401 (the report's formatters)
 
 # (metric key, column header, formatter kind)
 COLUMNS = (
@@ -30,25 +31,6 @@ COLUMNS = (
 )
 
 
-def fmt_bps(bps: float | None) -> str:
-    """Human bit rate: 95.3 Mb/s, 1.20 Gb/s, 812 kb/s."""
-    if bps is None:
-        return "-"
-    for unit, div in (("Tb/s", 1e12), ("Gb/s", 1e9), ("Mb/s", 1e6), ("kb/s", 1e3)):
-        if abs(bps) >= div:
-            return f"{bps / div:.3g} {unit}"
-    return f"{bps:.3g} b/s"
-
-
-def fmt_us(us: float | None) -> str:
-    """Human duration from microseconds: 850 µs, 12.4 ms, 1.20 s."""
-    if us is None:
-        return "-"
-    if abs(us) >= 1e6:
-        return f"{us / 1e6:.3g} s"
-    if abs(us) >= 1e3:
-        return f"{us / 1e3:.3g} ms"
-    return f"{us:.3g} µs"
 
 
 def fmt_count(n: float | None) -> str:

@@ -56,6 +56,16 @@ class InterfaceSpec:
     rail: int | None = None
     plane: int | None = None
 
+    @property
+    def peer_node(self) -> str:
+        """The node at the far end of the link."""
+        return self.peer.split(":", 1)[0]
+
+    @property
+    def peer_if(self) -> str:
+        """The far end's interface name."""
+        return self.peer.split(":", 1)[1]
+
 
 @dataclass
 class NodeSpec:

@@ -26,8 +26,8 @@ from __future__ import annotations
 
 import math
 import re
-from fractions import Fraction
 
+from dataplane import units
 from dataplane.errors import TopologyError
 from dataplane.topology.model import FABRIC_KINDS, TIER, Endpoint, Link, Node, Role, Topology
 
@@ -51,8 +51,6 @@ ALL_PARAMS = ("servers", "rails", "pods", "spines", "cores", "links_per_spine", 
 INT_PARAMS = ("servers", "rails", "pods", "spines", "cores", "links_per_spine", "planes",
               "leaf_ports")
 
-_SPEED_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(?:b(?:ps|/s)?)?\s*$", re.IGNORECASE)
-_SPEED_UNITS = {"": 1, "K": 10**3, "M": 10**6, "G": 10**9, "T": 10**12}
 
 
 def flag(param: str) -> str:
@@ -67,10 +65,11 @@ def parse_speed(text: object, what: str = "--speed") -> int:
     """'400G' -> 400_000_000_000 bits/s. Accepts K/M/G/T suffixes, optional 'bps', or a number."""
     if isinstance(text, int) and not isinstance(text, bool) and MIN_SPEED <= text <= MAX_SPEED:
         return text
-    match = _SPEED_RE.match(str(text))
-    if not match:
-        raise TopologyError(f"{what} {text!r} is not a port speed like 100G, 400G or 1.6T")
-    bps = Fraction(match.group(1)) * _SPEED_UNITS[match.group(2).upper()]
+    try:
+        value, unit = units.speed_parts(text)
+    except ValueError:
+        raise TopologyError(f"{what} {text!r} is not a port speed like 100G, 400G or 1.6T") from None
+    bps = value * units.SPEED_UNITS[unit]
     if bps <= 0 or bps.denominator != 1:
         raise TopologyError(f"{what} {text!r} is not a whole, positive number of bits/s")
     if not MIN_SPEED <= bps <= MAX_SPEED:
@@ -79,28 +78,20 @@ def parse_speed(text: object, what: str = "--speed") -> int:
     return int(bps)
 
 
-def format_speed(bps: int) -> str:
-    """400_000_000_000 -> '400G', 1_600_000_000_000 -> '1600G' (exact, round-trips)."""
-    for unit in ("G", "M", "K"):
-        if bps % _SPEED_UNITS[unit] == 0:
-            return f"{bps // _SPEED_UNITS[unit]}{unit}"
-    return str(bps)
+format_speed = units.format_speed
+format_ratio = units.format_ratio
 
 
 def parse_ratio(text: object) -> tuple[int, int]:
     """'2:1' -> (2, 1): downlink bandwidth : uplink bandwidth of a leaf."""
-    match = re.fullmatch(r"\s*(\d+)\s*:\s*(\d+)\s*", str(text))
-    if not match or int(match.group(1)) == 0 or int(match.group(2)) == 0:
+    try:
+        down, up = units.parse_ratio(text)
+    except ValueError:
+        down = up = 0
+    if down == 0 or up == 0:
         raise TopologyError(
             f"--oversubscription {text!r} is not a ratio like 1:1 or 3:1 (downlink:uplink)")
-    down, up = int(match.group(1)), int(match.group(2))
-    g = math.gcd(down, up)
-    return down // g, up // g
-
-
-def format_ratio(down: int, up: int) -> str:
-    g = math.gcd(down, up)
-    return f"{down // g}:{up // g}"
+    return units.reduce_ratio(down, up)
 
 
 def _as_int(param: str, value: object, minimum: int = 1) -> int:
@@ -312,17 +303,17 @@ def _build_rail(b: _Builder, params: dict, kind: str) -> None:
             raise TopologyError(f"--leaf-ports {params['leaf_ports']} leaves no downlink ports")
         per_leaf = min(servers, max_down)
         links_per_spine = _leaf_uplinks(params, per_leaf)
-    units = math.ceil(servers / per_leaf)
-    _check_spine_ports(params, rails * units * links_per_spine,
-                       f"{rails * units} leaves x {links_per_spine} links")
+    leaf_units = math.ceil(servers / per_leaf)
+    _check_spine_ports(params, rails * leaf_units * links_per_spine,
+                       f"{rails * leaf_units} leaves x {links_per_spine} links")
     planes = [0, 1] if kind == "dual-plane" else [None]
-    _check_size(params, len(planes) * rails * (servers + units * spines * links_per_spine))
+    _check_size(params, len(planes) * rails * (servers + leaf_units * spines * links_per_spine))
 
     fabric: dict[object, tuple[dict, list[str]]] = {}
     for plane in planes:
         prefix = "" if plane is None else f"p{plane}-"
         leaves = {(u, r): b.node(f"{prefix}leaf{u}-r{r}", Role.LEAF, rail=r, plane=plane, index=u)
-                  for u in range(1, units + 1) for r in range(rails)}
+                  for u in range(1, leaf_units + 1) for r in range(rails)}
         tops = [b.node(f"{prefix}spine{s}", Role.SPINE, plane=plane, index=s)
                 for s in range(1, spines + 1)]
         fabric[plane] = (leaves, tops)

@@ -223,7 +223,7 @@ class Responder:
     """Builds the ACK and CNP frames a RoCE receiver sends back (pure: returns bytes)."""
 
     def __init__(self, cnp_interval_ns: int = 0, ack: bool = True, cnp: bool = True,
-                 reply_sport: int = 4791) -> None:
+                 reply_sport: int = roce.ROCE_PORT) -> None:
         self.cnp_interval_ns = cnp_interval_ns
         self.ack = ack
         self.cnp = cnp

@@ -31,14 +31,13 @@ from __future__ import annotations
 
 import math
 import random
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 import jsonschema
 
-from dataplane import yamlfile
+from dataplane import units, yamlfile
 from dataplane.errors import RailabError
 from dataplane.traffic import roce
 
@@ -60,67 +59,9 @@ class WorkloadError(RailabError):
     """A workload file or parameter that cannot produce flows."""
 
 
-# --- units ---------------------------------------------------------------------------------
-
-_SIZE_UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6,
-               "g": 10**9, "gb": 10**9, "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30}
-_RATE_UNITS = {"bps": 1, "kbps": 1e3, "mbps": 1e6, "gbps": 1e9,
-               "pps": None, "kpps": None, "mpps": None}
-_PPS_MULT = {"pps": 1, "kpps": 1e3, "mpps": 1e6}
-_TIME_UNITS = {"": 1.0, "s": 1.0, "ms": 1e-3, "us": 1e-6, "ns": 1e-9, "m": 60.0,
-               "min": 60.0}
-_NUM = r"\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*"
-SIZE_RE = re.compile(rf"^{_NUM}([kKmMgG]?(?:i?[bB])?)\s*$")
-RATE_RE = re.compile(rf"^{_NUM}([kKmMgG]?(?:bps|pps))\s*$", re.IGNORECASE)
-TIME_RE = re.compile(rf"^{_NUM}(s|ms|us|ns|m|min)?\s*$")
-
-
-def parse_size(v: int | float | str) -> int:
-    """'64KiB' -> 65536, '1MB' -> 1000000, 4096 -> 4096."""
-    if isinstance(v, (int, float)) and not isinstance(v, bool):
-        return int(v)
-    m = SIZE_RE.match(str(v))
-    if not m:
-        raise ValueError(f"bad size {v!r}")
-    size = int(float(m.group(1)) * _SIZE_UNITS[m.group(2).lower()])
-    if size <= 0:
-        raise ValueError(f"size {v!r} must be more than zero")
-    return size
-
-
-@dataclass(frozen=True)
-class Rate:
-    value: float
-    unit: str   # "bps" or "pps"
-
-    def bps(self, frame_bytes: int) -> float:
-        return self.value if self.unit == "bps" else self.value * frame_bytes * 8
-
-
-def parse_rate(v: str | int | float) -> Rate:
-    """'200Mbps' -> Rate(2e8, 'bps'); '20kpps' -> Rate(2e4, 'pps'); a number is bit/s."""
-    if isinstance(v, (int, float)) and not isinstance(v, bool):
-        return Rate(float(v), "bps")
-    m = RATE_RE.match(str(v))
-    if not m:
-        raise ValueError(f"bad rate {v!r}")
-    unit = m.group(2).lower()
-    x = float(m.group(1))
-    if x <= 0:
-        raise ValueError(f"rate {v!r} must be more than zero")
-    if unit in _PPS_MULT:
-        return Rate(x * _PPS_MULT[unit], "pps")
-    return Rate(x * _RATE_UNITS[unit], "bps")
-
-
-def parse_duration(v: str | int | float) -> float:
-    """'2s' -> 2.0, '500ms' -> 0.5, 3 -> 3.0 (seconds)."""
-    if isinstance(v, (int, float)) and not isinstance(v, bool):
-        return float(v)
-    m = TIME_RE.match(str(v))
-    if not m:
-        raise ValueError(f"bad duration {v!r}")
-    return float(m.group(1)) * _TIME_UNITS[m.group(2) or ""]
+# --- units: dataplane.units (re-exported here for the workload's callers) -----------------
+parse_size, parse_rate, parse_duration, Rate = units.parse_size, units.parse_rate, units.parse_duration, units.Rate
+SIZE_RE, RATE_RE, TIME_RE = units.SIZE_RE, units.RATE_RE, units.TIME_RE
 
 
 # --- schema ----------------------------------------------------------------------------------

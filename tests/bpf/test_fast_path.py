@@ -175,7 +175,7 @@ def test_cache_hit_needs_the_generation(dp, lab, routes):
     assert egress(dp, lab, udp()) in EG
     net = ipaddress.IPv4Network(PREFIX)
     key = dp._route_key(SW, net)
-    assert dp._delete("routes", key)
+    assert dp.maps.delete("routes", key)
     assert run(dp, lab, udp()).verdict == "redirect"        # cached
     dp._routes_changed(SW)
     assert run(dp, lab, udp()).verdict == "drop"            # no stale entry
@@ -192,17 +192,17 @@ def test_port_beyond_port_index_uses_the_hash(dp, lab, routes):
 
 def test_deleted_port_is_unknown(dp, lab, routes):
     info = abi.PortInfo()
-    assert dp._lookup("port_index", ct.c_uint32(EG[3]), info) and info.flags & abi.PORT_F_VALID
+    assert dp.maps.lookup("port_index", ct.c_uint32(EG[3]), info) and info.flags & abi.PORT_F_VALID
     before = dp.drop_counters()["unknown_port"]
     dp.del_port(EG[3])
-    assert dp._lookup("port_index", ct.c_uint32(EG[3]), info) and info.flags == 0
+    assert dp.maps.lookup("port_index", ct.c_uint32(EG[3]), info) and info.flags == 0
     try:
         assert egress(dp, lab, udp(ingress_mac=PORT_MAC[EG[3]]), ifindex=EG[3]) == "drop"
         assert dp.drop_counters()["unknown_port"] == before + 2
     finally:
         dp.set_port(EG[3], switch_id=SW, slot=SLOT[EG[3]], mac=PORT_MAC[EG[3]])
         dp.set_group(G_ALL, [(e, NH_MAC[e]) for e in EG])
-    assert dp._lookup("port_index", ct.c_uint32(EG[3]), info) and info.flags & abi.PORT_F_VALID
+    assert dp.maps.lookup("port_index", ct.c_uint32(EG[3]), info) and info.flags & abi.PORT_F_VALID
 
 
 def test_traffic_matrix_change_takes_effect_at_once(dp, lab, routes):

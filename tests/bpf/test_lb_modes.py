@@ -22,7 +22,8 @@ from scapy.packet import Raw
 from dataplane import bpf_abi as abi
 from dataplane import progtest
 from dataplane.netns_util import in_netns
-from dataplane.switch_dataplane import BPF_F_LOCK, wcmp_slots
+from dataplane.bpfio import BPF_F_LOCK
+from dataplane.switch_dataplane import wcmp_slots
 
 from .conftest import add_veths
 
@@ -93,13 +94,13 @@ def poke_queue(dp, ifindex, *, backlog_ns=0, util=0.0):
     """Give an emulated port a known backlog and utilisation (as if it had been busy)."""
     slot = ct.c_uint32(SLOT[ifindex])
     q = abi.PortQueue()
-    assert dp._lookup("port_queue", slot, q)
+    assert dp.maps.lookup("port_queue", slot, q)
     now = time.monotonic_ns()
     q.t_free = now + backlog_ns
     q.util = int(util * abi.UTIL_ONE)
     q.win_start = now
     q.win_busy_ns = 0
-    dp._update("port_queue", slot, q, flags=BPF_F_LOCK)
+    dp.maps.update("port_queue", slot, q, flags=BPF_F_LOCK)
 
 
 def model_all(dp, speed_bps=10_000_000_000, buffer_bytes=10**11, **kw):

@@ -7,7 +7,7 @@ import os
 import pytest
 
 from dataplane import progtest
-from dataplane.switch_dataplane import DataplaneError, attach_xdp, attached_xdp, detach_xdp
+from dataplane.bpfio import DataplaneError, attach_xdp, attached_xdp, detach_xdp
 
 from .conftest import link_index, link_mac, sh
 

@@ -142,15 +142,29 @@ def test_scheduled_link_failure_is_reported_per_flow(tmp_path):
 
 
 def test_an_experiment_on_a_deployed_lab_leaves_it_as_it_found_it(lab_factory, tmp_path):
+    """A real (short) experiment on a lab that was up: the lab's load balancing and port
+    model come back exactly, and the report's fields come from the agent's real replies
+    (a field the runner reads under the wrong name fails here)."""
     spec = lab_factory(shipped("clos2"), prefix="reuse")
     fabric = Fabric(spec.name)
     fabric.set_port_model(scale=0.001, buffer_bytes=20000)
+    fabric.set_mode("flowlet", role="leaf", flowlet_timeout_us=333, busy_util=0.5,
+                    hash_fields=["src_ip", "dst_ip", "bth_dqp"], seed=7)
+    fabric.set_mode("wcmp", switch="spine1", weights=[1, 3])
+    fabric.set_mode(None, switch="leaf2", lbn={"up1": 5})
     before = fabric.show()
     path = _write(tmp_path, f"name: reuse\nlab: {shipped('clos2').as_posix()}\nduration: 0.3s\n"
                             "modes: [spray-rr]\nworkload: {rate: 1Mbps, pattern: {type: all-to-all}}\n"
                             "port_model: {scale: 0.00001}\n")
     proc = railab("run", str(path), "--json", "--output", str(tmp_path), "--name", spec.name, timeout=300)
-    assert json.loads(proc.stdout)["port_model"]["queue"] == "real"
-    after = fabric.show()
-    assert after["port_model"] == before["port_model"]          # virtual queue, scale 0.001
-    assert {g["mode"] for sw in after["switches"].values() for g in sw["groups"].values()} == {"ecmp"}
+    report = json.loads(proc.stdout)
+    assert report["port_model"]["queue"] == "real"
+    assert fabric.show() == before          # modes, seeds, hash fields, weights, LBN, port model
+    folder = Path(report["folder"])
+    results = json.loads((folder / "results.json").read_text())
+    run = results["modes"]["spray-rr"]["runs"][0]
+    assert run["links"] and all(link["scaled_bps"] == int(link["speed_bps"] * 0.00001) for link in run["links"])
+    assert sum(link["bytes_ab"] + link["bytes_ba"] for link in run["links"]) > 0
+    assert results["modes"]["spray-rr"]["metrics"]["max_uplink_util"] is not None
+    assert "ports emulated at 4 Mb/s" in (folder / "table.txt").read_text()
+    assert results["plots"] and all(Path(p).exists() for p in results["plots"])

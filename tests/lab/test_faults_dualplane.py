@@ -16,7 +16,7 @@ from .faulttraffic import KernelStream, Receiver, Result, paced
 
 # Timing measurements of real traffic on a shared 2-core machine: a run that the
 # scheduler starves is measured again (up to twice) before the bound counts as missed.
-pytestmark = pytest.mark.flaky(reruns=2)
+TIMING = pytest.mark.flaky(reruns=2)    # on the tests that bound a timing
 
 SRC, DST, DST_IP = "srv1", "srv2", "10.0.1.3"   # rail 1: srv1 nic1 -> srv2 nic1
 FLOWS = 16
@@ -26,6 +26,7 @@ def _leaf_tx(fab, leaf, port):
     return fab.counters(leaf)["switches"][leaf]["ports"][port]["tx_packets"]
 
 
+@TIMING
 def test_dual_plane_plane_down_and_back(lab_factory):
     spec = lab_factory(shipped("dual-plane"), "dp")
     fab = Fabric(spec.name)

@@ -14,7 +14,7 @@ from .lbtraffic import HostPort
 
 # Timing measurements of real traffic on a shared 2-core machine: a run that the
 # scheduler starves is measured again (up to twice) before the bound counts as missed.
-pytestmark = pytest.mark.flaky(reruns=2)
+TIMING = pytest.mark.flaky(reruns=2)    # on the tests that bound a timing
 
 DST = "10.0.1.2"
 SIZE = 1000
@@ -75,6 +75,7 @@ def setup(lab):
     fab.set_port_model(scale=1 / 4000, buffer_bytes=32768, ecn_bytes=8192)   # resets the queues
 
 
+@TIMING
 def test_twice_the_speed_delivers_the_speed(setup):
     fab, port = setup
     speed, sent, secs, d, info = _run(fab, port, 7001, 2.0)
@@ -88,6 +89,7 @@ def test_twice_the_speed_delivers_the_speed(setup):
     assert d["ecn_marked"] > 0.5 * d["tx_packets"], d        # the queue sat above the threshold
 
 
+@TIMING
 def test_below_the_speed_no_drops_no_marks(setup):
     fab, port = setup
     speed, sent, secs, d, _ = _run(fab, port, 7002, 0.5)

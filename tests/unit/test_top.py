@@ -87,7 +87,7 @@ def test_table_renders(spec):
 def test_once_end_to_end(monkeypatch, capsys, spec):
     monkeypatch.setenv("COLUMNS", "160")
     import dataplane.cli.main as cli_main
-    from dataplane.runtime import agent_client
+    from dataplane.agent import client
 
     snaps = [snapshot({"leaf1": {"up1": port(0, speed_bps=10**8, nominal_speed_bps=4 * 10**11),
                                  "down1": port(0, speed_bps=10**8, nominal_speed_bps=4 * 10**11)}}),
@@ -100,7 +100,7 @@ def test_once_end_to_end(monkeypatch, capsys, spec):
         return snaps[len(calls) - 1]
 
     clock = iter([0.0, 0.0, 0.5, 0.5])
-    monkeypatch.setattr(agent_client, "request", fake_request)
+    monkeypatch.setattr(client, "request", fake_request)
     monkeypatch.setattr(top, "load_lab", lambda lab: SimpleNamespace(spec=spec))
     monkeypatch.setattr(top.time, "sleep", lambda s: None)
     monkeypatch.setattr(top.time, "monotonic", lambda: next(clock))

@@ -62,7 +62,10 @@ import struct
 import threading
 import time
 
+from pyroute2 import IPRoute
+
 from dataplane.netns_util import in_netns
+from dataplane.settings import merged
 
 log = logging.getLogger("railab.arn")
 
@@ -143,7 +146,6 @@ def _parse_links(data: bytes):
 
 def _link_states(netns: str, ifindexes: list[int]) -> dict[int, bool]:
     """{ifindex: IFF_UP and IFF_LOWER_UP} read over netlink in netns."""
-    from pyroute2 import IPRoute
     with in_netns(netns):
         ipr = IPRoute()
     try:
@@ -187,6 +189,8 @@ class FabricMonitor:
         self.learn_gen = 0
         self.learned: dict[tuple[str, str], dict] = {}
         self.next_learn = 0
+        self._arn_port_list: list | None = None     # see _arn_ports
+        self._arn_port_gen = -1
         self.thread = threading.Thread(target=self._loop, name="fabric-monitor", daemon=True)
 
     # ------------------------------------------------------------ setup
@@ -219,7 +223,6 @@ class FabricMonitor:
             s.close()
 
     def configure(self, **changes) -> dict:
-        from dataplane.settings import merged
         new = merged(self.cfg, changes, DEFAULTS, "ARN")
         for k, (low, high) in SETTING_RANGES.items():
             if not (math.isfinite(new[k]) and low <= new[k] <= high):
@@ -307,23 +310,13 @@ class FabricMonitor:
             if self.cfg["notify"]:
                 # every group of the switch, not only the port's: after a reset the
                 # switch re-announces prefixes it still cannot reach
-                self._notify_reachability(node, self._switch_groups(node), t_map)
-
-    def _switch_groups(self, node) -> list[int]:
-        return [gid for (owner, _), gid in self.p.groups.items() if owner == node.name]
-
-    def _group_prefixes(self, node, gids) -> list[tuple[int, str]]:
-        out = []
-        for gid in gids:
-            for prefix in self.p.group_prefixes.get(gid, []):
-                out.append((gid, prefix))
-        return out
+                self._notify_reachability(node, None, t_map)
 
     def _notify_reachability(self, node, gids, now) -> None:
         """S lost (or regained) every member for a prefix: withdraw (restore) it upstream."""
-        for gid, prefix in self._group_prefixes(node, gids):
+        for gid, prefix in self.p.routing.group_prefixes(node.name, gids):
             dead = self.dp.group_down_mask(gid)
-            n = len(self.p.group_members[gid])
+            n = len(self.p.routing.members[gid])
             all_dead = dead == (1 << min(n, 64)) - 1
             key = (node.name, prefix)
             if all_dead and key not in self.withdrawn:
@@ -335,29 +328,28 @@ class FabricMonitor:
 
     # ------------------------------------------------------------ sending
     def _nexthop_id(self, node, gid) -> int:
-        members = self.p.group_members.get(gid, [])
+        members = self.p.routing.members.get(gid, [])
         if not members:
             return 0
-        peer = node.interface(members[0]).peer.split(":")[0]
-        far = self.by_name.get(peer)
+        far = self.by_name.get(node.interface(members[0]).peer_node)
         return far.switch_id if far is not None and far.switch_id else 0
 
-    def upstream(self, node, prefix: str) -> list[tuple[object, object]]:
+    def upstream(self, node, prefix: str, live_only: bool = True) -> list[tuple[object, object]]:
         """(neighbour switch, local interface of S towards it) for every neighbour whose
-        route for prefix uses S as a next hop; the interface is a live link to it."""
+        route for prefix uses S as a next hop -- the one answer to "who routes through
+        me"; with live_only, the interface is a live link to it."""
         out = []
         seen = set()
         for iface in node.interfaces:
-            peer_node, peer_if = iface.peer.split(":", 1)
-            nbr = self.by_name.get(peer_node)
-            if nbr is None or nbr.role == "host" or peer_node in seen:
+            nbr = self.by_name.get(iface.peer_node)
+            if nbr is None or nbr.role == "host" or nbr.name in seen:
                 continue
-            if not self.dp.port_is_up(iface.ifindex):
+            if live_only and not self.dp.port_is_up(iface.ifindex):
                 continue
-            for route in self.spec.routes.get(peer_node, []):
+            for route in self.spec.routes.get(nbr.name, []):
                 if route.prefix == prefix and any(
-                        nbr.interface(h).peer.split(":")[0] == node.name for h in route.nexthops):
-                    seen.add(peer_node)
+                        nbr.interface(h).peer_node == node.name for h in route.nexthops):
+                    seen.add(nbr.name)
                     out.append((nbr, iface))
                     break
         return out
@@ -366,7 +358,7 @@ class FabricMonitor:
         sent = 0
         sock = self.udp.get(node.name)
         for nbr, iface in self.upstream(node, prefix):
-            peer = nbr.interface(iface.peer.split(":", 1)[1])
+            peer = nbr.interface(iface.peer_if)
             if not peer.address:
                 continue
             self.seq[node.name] += 1
@@ -446,7 +438,7 @@ class FabricMonitor:
             names = {self.by_id[r].name for r in covering}
             mask = 0
             for i, ifx in enumerate(self.dp.group_info(gid)["members"][:64]):
-                if self.port_owner[ifx][1].peer.split(":")[0] in names:
+                if self.port_owner[ifx][1].peer_node in names:
                     mask |= 1 << i
             self.dp.set_route_avoid(node.switch_id, rprefix, mask)
         if not reporters:
@@ -456,10 +448,8 @@ class FabricMonitor:
                 self.dp.del_route(node.switch_id, prefix)
 
     def _expire(self, now: int) -> None:
-        due = [(k, r) for k, t in self.excl.items() for r, exp in t.items() if exp and exp <= now]
-        if not due:
-            return
-        with self.lock:
+        with self.lock:     # the server's threads change the table (clear_switch, notices)
+            due = [(k, r) for k, t in self.excl.items() for r, exp in t.items() if exp and exp <= now]
             for (sw, prefix), reporter in due:
                 table = self.excl.get((sw, prefix))
                 if table is None or table.get(reporter, 0) == 0 or table[reporter] > now:
@@ -500,30 +490,23 @@ class FabricMonitor:
     # ------------------------------------------------------------ ARN on congestion
     def _arn_ports(self) -> list:
         """(switch, egress interface, [(gid, prefix)]) for every port that carries a prefix
-        some neighbour routes through this switch: the ports whose congestion matters."""
-        if getattr(self, "_arn_port_list", None) is None:
+        some neighbour routes through this switch: the ports whose congestion matters.
+        Worked out again whenever the programmer's routing state changes."""
+        routing = self.p.routing
+        if self._arn_port_list is None or self._arn_port_gen != routing.generation:
             ports: dict[int, tuple] = {}
-            for (owner, members), gid in self.p.groups.items():
-                node = self.by_name[owner]
-                for prefix in self.p.group_prefixes.get(gid, []):
-                    if not self._has_upstream(node, prefix):
-                        continue
-                    for ifname in members:
-                        iface = node.interface(ifname)
-                        ports.setdefault(iface.ifindex, (node, iface, []))[2].append((gid, prefix))
-            self._arn_port_list = list(ports.values())
+            with self.lock:
+                gen = routing.generation
+                for (owner, members), gid in list(routing.groups.items()):
+                    node = self.by_name[owner]
+                    for _, prefix in routing.group_prefixes(owner, [gid]):
+                        if not self.upstream(node, prefix, live_only=False):
+                            continue
+                        for ifname in members:
+                            iface = node.interface(ifname)
+                            ports.setdefault(iface.ifindex, (node, iface, []))[2].append((gid, prefix))
+            self._arn_port_list, self._arn_port_gen = list(ports.values()), gen
         return self._arn_port_list
-
-    def _has_upstream(self, node, prefix) -> bool:
-        for iface in node.interfaces:
-            nbr = self.by_name.get(iface.peer.split(":", 1)[0])
-            if nbr is None or nbr.role == "host":
-                continue
-            for route in self.spec.routes.get(nbr.name, []):
-                if route.prefix == prefix and any(
-                        nbr.interface(h).peer.split(":")[0] == node.name for h in route.nexthops):
-                    return True
-        return False
 
     def _poll_congestion(self, now: int) -> None:
         interval = int(self.cfg["interval_ms"] * 1e6)
@@ -555,7 +538,7 @@ class FabricMonitor:
         with self.lock:
             for node in self.spec.switches:
                 for iface in node.interfaces:
-                    peer = self.by_name.get(iface.peer.split(":")[0])
+                    peer = self.by_name.get(iface.peer_node)
                     if peer is not None and peer.role == "host":
                         self.dp.set_port_learn(iface.ifindex, True)
 
@@ -584,6 +567,10 @@ class FabricMonitor:
 
     # ------------------------------------------------------------ status
     def status(self) -> dict:
+        with self.lock:
+            return self._status()
+
+    def _status(self) -> dict:
         return {"config": dict(self.cfg),
                 "counters": {k: dict(v) for k, v in self.counters.items() if v},
                 "exclusions": [{"switch": sw, "prefix": p, "reporters": [self.by_id[r].name for r in t],

@@ -1,29 +1,25 @@
-"""The lab's control agent: one process per lab.
-
-It compiles and loads the XDP switch program once (one BPF object serves every switch of
-the lab), pins it, attaches it to every switch port, programs routes and groups from the
-controller's plan, and then serves run-time requests (counters, map changes) on a Unix
-socket in the lab's state directory. One process per lab keeps bring-up to a single
-compile and memory to a single bcc instance.
-
-Run by `railab deploy` as `python -m dataplane.agent LAB --ready-fd N`: it compiles while
-the runtime builds the namespaces, waits for "go" on stdin, then writes "ready" (or
-"error: ...") to the ready fd.
+"""The agent's programmer: turns the lab spec into map entries of the data plane and owns
+the lab's routing state (groups, their members and prefixes, learned host routes). The
+server calls its public methods; the fabric monitor asks it through methods too, never
+through its fields.
 """
 from __future__ import annotations
 
-import argparse
-import json
-import os
-import signal
-import socketserver
-import sys
-import threading
-import traceback
+import contextlib
+import math
+import time
 import zlib
+from dataclasses import dataclass, field
 
-from dataplane.runtime import state
+from dataplane import bpf_abi as abi
+from dataplane import controller
+from dataplane.netns_util import in_netns
+from dataplane.pathtrace import FlowKey, trace
+from dataplane.progtest import prog_test_run
+from dataplane.realqueue import NamespaceQueues
 from dataplane.runtime.labspec import LabSpec
+from dataplane.settings import merged
+from dataplane.switch_dataplane import GroupState
 
 
 # Emulated port model, lab-wide defaults: nominal (topology) speed x scale. Buffer and
@@ -42,21 +38,50 @@ MAX_BUFFER_BYTES = 256 << 20      # a real queue's tbf limit (2 x buffer) must f
 MIN_PORT_BPS = 2000               # the data path keeps picoseconds per byte in 32 bits
 
 
+@dataclass
+class RoutingState:
+    """The lab's routing state as programmed: one next-hop group per (switch, member
+    interfaces), the prefixes routed over each group, and the learned /32 host routes.
+    `generation` changes whenever groups or their prefixes do, so a reader can tell
+    that what it derived from them is stale."""
+
+    groups: dict[tuple[str, tuple[str, ...]], int] = field(default_factory=dict)
+    members: dict[int, list[str]] = field(default_factory=dict)
+    prefixes: dict[int, list[str]] = field(default_factory=dict)
+    host_routes: dict[tuple[str, str], int] = field(default_factory=dict)
+    generation: int = 0
+
+    def group_ids(self, switch: str) -> list[int]:
+        return [gid for (owner, _), gid in self.groups.items() if owner == switch]
+
+    def switch_groups(self, switch: str) -> list[tuple[int, tuple[str, ...]]]:
+        """(group id, member interfaces) of every group of `switch`."""
+        return [(gid, members) for (owner, members), gid in self.groups.items() if owner == switch]
+
+    def group_prefixes(self, switch: str, gids=None) -> list[tuple[int, str]]:
+        """(group id, prefix) for the given groups of `switch` (all of its groups when
+        gids is None); a group of another switch is not `switch`'s and is left out."""
+        own = self.group_ids(switch)
+        wanted = own if gids is None else [g for g in gids if g in own]
+        return [(gid, prefix) for gid in wanted for prefix in self.prefixes.get(gid, [])]
+
+    def add_prefix(self, gid: int, prefix: str) -> None:
+        self.prefixes[gid].append(prefix)
+        self.generation += 1
+
+
 class SwitchProgrammer:
     """Turns a LabSpec into map entries of a SwitchDataplane."""
 
     def __init__(self, spec: LabSpec, dataplane):
         self.spec = spec
         self.dp = dataplane
-        self.groups: dict[tuple[str, tuple[str, ...]], int] = {}
-        self.group_members: dict[int, list[str]] = {}
-        self.group_prefixes: dict[int, list[str]] = {}
+        self.routing = RoutingState()
         self.port_model = dict(PORT_MODEL_DEFAULTS)
         self.seeds: dict[str, int] = {}
         self.hash_fields: dict[str, list[str] | None] = {}
         self.lbn: dict[tuple[str, str], int] = {}
         self.speed_override: dict[int, int] = {}   # ifindex -> nominal b/s (fault "degrade")
-        self.host_routes: dict[tuple[str, str], int] = {}   # learned /32: (switch, prefix) -> gid
         self._handoff_ports: set[int] = set()        # ifindexes with tc_handoff attached
 
     def seed_for(self, switch: str) -> int:
@@ -80,20 +105,19 @@ class SwitchProgrammer:
             by_name = {i.name: i for i in node.interfaces}
             for route in self.spec.routes.get(node.name, []):
                 gid = self._group(node.name, tuple(route.nexthops), by_name)
-                self.group_prefixes[gid].append(route.prefix)
+                self.routing.add_prefix(gid, route.prefix)
                 self.dp.add_route(node.switch_id, route.prefix, gid)
 
     def _auto_lbn(self, node) -> list[int]:
         """LBN values in interface order: host-facing ports 0..k-1 first, then the others."""
         roles = {n.name: n.role for n in self.spec.nodes}
-        down = [i for i in node.interfaces if roles.get(i.peer.split(":")[0]) == "host"]
+        down = [i for i in node.interfaces if roles.get(i.peer_node) == "host"]
         order = down + [i for i in node.interfaces if i not in down]
         value = {i.name: v for v, i in enumerate(order)}
         return [value[i.name] for i in node.interfaces]
 
     # ------------------------------------------------------------ port model
     def apply_port_model(self, **changes) -> dict:
-        from dataplane.settings import merged
         new = merged(self.port_model, changes, PORT_MODEL_DEFAULTS, "port-model")
         self._check_port_model(new)
         self.port_model = new
@@ -105,7 +129,6 @@ class SwitchProgrammer:
 
     def _check_port_model(self, pm: dict) -> None:
         """Refuse settings some port could not take, before any port changes."""
-        import math
         if pm["queue"] not in QUEUE_KINDS:
             raise ValueError(f"queue must be one of {', '.join(QUEUE_KINDS)}, not {pm['queue']!r}")
         if not (math.isfinite(pm["scale"]) and 0 <= pm["scale"] <= 1):
@@ -130,8 +153,6 @@ class SwitchProgrammer:
         model nor any port of node needs it. A fresh netlink socket per use: pyroute2's
         IPRoute answers dumps only on the thread that opened it, and requests arrive on
         many threads."""
-        import contextlib
-        from dataplane.realqueue import NamespaceQueues
         if self.port_model["queue"] == "real" or any(i.ifindex in self._handoff_ports
                                                      for i in node.interfaces):
             return NamespaceQueues(node.netns)
@@ -160,8 +181,7 @@ class SwitchProgrammer:
     def port_speed(self, switch: str, port: str, speed_bps: int | None = None) -> dict:
         """Fault 'degrade': give one port a lower nominal speed (scaled like every port by
         the lab's port-model scale); speed_bps None restores the topology's speed."""
-        import time
-        node = self._select(switch, None)[0]
+        node = self.select(switch, None)[0]
         iface = node.interface(port)
         if speed_bps is None:
             self.speed_override.pop(iface.ifindex, None)
@@ -185,41 +205,25 @@ class SwitchProgrammer:
     # ------------------------------------------------------------ learned hosts
     def install_host_route(self, leaf, iface, ip: str) -> list[str]:
         """ARP-to-host-route: a host learned on leaf:iface becomes a /32 on the leaf (out of
-        that port) and on every switch of the leaf's plane (shortest paths towards the leaf),
-        like a leaf advertising it across its plane. Returns the switches programmed."""
-        from collections import deque
+        that port) and on every switch of the leaf's plane (shortest paths towards the leaf,
+        by the controller's next-hop rule), like a leaf advertising it across its plane.
+        Returns the switches programmed."""
         prefix = f"{ip}/32"
         nodes = {n.name: n for n in self.spec.switches}
-        graph: dict[str, list[tuple[str, str]]] = {n: [] for n in nodes}
-        for n in self.spec.switches:
-            for i in n.interfaces:
-                peer = i.peer.split(":")[0]
-                if peer in nodes:
-                    graph[n.name].append((peer, i.name))
-        dist = {leaf.name: 0}
-        queue = deque([leaf.name])
-        while queue:
-            cur = queue.popleft()
-            for nbr, _ in graph[cur]:
-                if nbr not in dist:
-                    dist[nbr] = dist[cur] + 1
-                    queue.append(nbr)
+        graph = {n.name: [(i.peer_node, i.name) for i in n.interfaces if i.peer_node in nodes]
+                 for n in self.spec.switches}
         done = []
-        for name, d in dist.items():
+        for name, edges in controller.nexthops_towards(graph, [leaf.name]).items():
             node = nodes[name]
-            by_name = {i.name: i for i in node.interfaces}
-            if d == 0:
-                hops = (iface.name,)
-            else:
-                hops = tuple(sorted(i for nbr, i in graph[name] if dist.get(nbr) == d - 1))
-            gid = self._group(name, hops, by_name)
+            hops = (iface.name,) if name == leaf.name else tuple(e[1] for e in edges)
+            gid = self._group(name, hops, {i.name: i for i in node.interfaces})
             self.dp.add_route(node.switch_id, prefix, gid)
-            self.host_routes[(name, prefix)] = gid
+            self.routing.host_routes[(name, prefix)] = gid
             done.append(name)
         return done
 
     # ------------------------------------------------------------ load balancing
-    def _select(self, switch: str | None, role: str | None) -> list:
+    def select(self, switch: str | None, role: str | None) -> list:
         nodes = [n for n in self.spec.switches
                  if (switch is None or n.name == switch) and (role is None or n.role == role)]
         if not nodes:
@@ -237,7 +241,7 @@ class SwitchProgrammer:
         {interface: weight}; bandwidth: weights = members' nominal link speeds (FGLB
         bandwidth mode; implies mode wcmp unless a mode is given). lbn: "auto" or
         {interface: value} for this switch's ingress ports."""
-        nodes = self._select(switch, role)
+        nodes = self.select(switch, role)
         if bandwidth and weights is not None:
             raise ValueError("give weights or bandwidth, not both")
         if bandwidth and mode is None:
@@ -256,17 +260,8 @@ class SwitchProgrammer:
             if lbn is not None:
                 values = dict(zip([i.name for i in node.interfaces], self._auto_lbn(node))) \
                     if lbn == "auto" else {k: int(v) for k, v in lbn.items()}
-                for name, value in values.items():
-                    iface = by_name.get(name)
-                    if iface is None:
-                        if switch is None:
-                            continue
-                        raise ValueError(f"{node.name} has no interface {name!r}")
-                    port = self.dp._port(iface.ifindex)
-                    self.dp.set_port(iface.ifindex, switch_id=node.switch_id, slot=port.slot,
-                                     mac=iface.mac, lbn=value, speed_bps=port.speed_bps)
-                    self.lbn[(node.name, name)] = value
-            for (owner, members), gid in self.groups.items():
+                self._set_lbn(node, values, strict=switch is not None)
+            for (owner, members), gid in self.routing.groups.items():
                 if owner != node.name:
                     continue
                 w = None
@@ -284,6 +279,46 @@ class SwitchProgrammer:
                 changed.append(gid)
         return {"switches": [n.name for n in nodes], "groups": changed}
 
+    def _set_lbn(self, node, values: dict[str, int], strict: bool = True) -> None:
+        by_name = {i.name: i for i in node.interfaces}
+        for name, value in values.items():
+            iface = by_name.get(name)
+            if iface is None:
+                if not strict:
+                    continue
+                raise ValueError(f"{node.name} has no interface {name!r}")
+            port = self.dp.port_info(iface.ifindex)
+            self.dp.set_port(iface.ifindex, switch_id=node.switch_id, slot=port.slot,
+                             mac=iface.mac, lbn=value, speed_bps=port.speed_bps)
+            self.lbn[(node.name, name)] = value
+
+    def lb_restore(self, snapshot: dict) -> dict:
+        """Give the switches back the load balancing an lb_show() reply recorded: per
+        switch its hash seed, hash fields and ports' LBN values; per group its mode, hash
+        fields, flowlet and busy parameters and weights. A group made since the snapshot
+        (a learned host route) gets a new group's settings."""
+        new = GroupState(members=[])
+        fresh = {"mode": abi.LB_MODE_NAMES[new.mode], "hash_fields": new.hash_fields,
+                 "flowlet_timeout_us": new.flowlet_timeout_us, "busy_util": new.busy_util,
+                 "busy_timeout_us": new.busy_timeout_us, "weights": new.weights}
+        switches = snapshot["switches"]
+        nodes = [self.select(name, None)[0] for name in switches]
+        for node in nodes:
+            saved = switches[node.name]
+            self.seeds[node.name] = int(saved["hash_seed"])
+            self.hash_fields[node.name] = list(saved["hash_fields"]) if saved["hash_fields"] else None
+            self.dp.set_switch(node.switch_id, hash_seed=self.seeds[node.name],
+                               hash_fields=self.hash_fields[node.name])
+            self._set_lbn(node, {port: int(p["lbn"]) for port, p in saved["ports"].items()
+                                 if int(p["lbn"]) != self.lbn.get((node.name, port))})
+            for gid in self.routing.group_ids(node.name):
+                g = saved["groups"].get(str(gid)) or fresh
+                self.dp.set_group_lb(gid, mode=g["mode"], hash_fields=g["hash_fields"] or 0,
+                                     flowlet_timeout_us=g["flowlet_timeout_us"],
+                                     busy_util=g["busy_util"], busy_timeout_us=g["busy_timeout_us"],
+                                     weights=g["weights"], clear_weights=g["weights"] is None)
+        return {"switches": [n.name for n in nodes]}
+
     def _check_lb_request(self, nodes, switch, seed, weights, lbn) -> None:
         """Refuse a request that could only be applied in part, before changing anything."""
         if seed not in (None, "auto") and not 0 <= int(seed) < 2**32:
@@ -300,7 +335,7 @@ class SwitchProgrammer:
             if unknown:
                 raise ValueError(f"weights name interfaces the switches do not have: {', '.join(unknown)}")
         elif weights is not None:
-            sizes = {len(members) for (owner, members) in self.groups
+            sizes = {len(members) for (owner, members) in self.routing.groups
                      if owner in {n.name for n in nodes}}
             if len(weights) not in sizes:
                 raise ValueError(f"{len(weights)} weights given; the groups of "
@@ -311,12 +346,12 @@ class SwitchProgrammer:
         out = {"port_model": dict(self.port_model), "switches": {}}
         for node in self.spec.switches:
             groups = {}
-            for (owner, members), gid in self.groups.items():
+            for (owner, members), gid in self.routing.groups.items():
                 if owner != node.name:
                     continue
                 info = self.dp.group_info(gid)
                 info["members"] = list(members)
-                info["prefixes"] = self.group_prefixes.get(gid, [])
+                info["prefixes"] = self.routing.prefixes.get(gid, [])
                 groups[str(gid)] = info
             ports = {}
             for i in node.interfaces:
@@ -332,7 +367,7 @@ class SwitchProgrammer:
 
     # ------------------------------------------------------------ traffic matrix
     def _tm_args(self, switch: str, flow: dict) -> tuple:
-        node = self._select(switch, None)[0]
+        node = self.select(switch, None)[0]
         five = {k: flow[k] for k in ("src", "dst")}
         five.update(sport=int(flow.get("sport", 0)), dport=int(flow.get("dport", 0)),
                     proto=flow.get("proto", "udp"))
@@ -358,7 +393,7 @@ class SwitchProgrammer:
 
     def tm_list(self, switch: str | None = None) -> list[dict]:
         out = []
-        for node in self._select(switch, None):
+        for node in self.select(switch, None):
             names = {i.ifindex: i.name for i in node.interfaces}
             for e in self.dp.tm_list(node.switch_id):
                 e = dict(e)
@@ -369,12 +404,14 @@ class SwitchProgrammer:
 
     def _group(self, switch: str, nexthops: tuple[str, ...], by_name) -> int:
         key = (switch, nexthops)
-        gid = self.groups.get(key)
+        rs = self.routing
+        gid = rs.groups.get(key)
         if gid is None:
-            gid = len(self.groups) + 1
-            self.groups[key] = gid
-            self.group_members[gid] = list(nexthops)
-            self.group_prefixes[gid] = []
+            gid = len(rs.groups) + 1
+            rs.groups[key] = gid
+            rs.members[gid] = list(nexthops)
+            rs.prefixes[gid] = []
+            rs.generation += 1
             self.dp.set_group(gid, [(by_name[n].ifindex, by_name[n].peer_mac) for n in nexthops])
         return gid
 
@@ -385,14 +422,13 @@ class SwitchProgrammer:
 
     def trace(self, flow: dict) -> dict:
         """The path the data plane picks for one flow (see dataplane.pathtrace)."""
-        from dataplane.pathtrace import FlowKey, trace
-
         return trace(self.spec, FlowKey(**flow),
                      lambda netns, frame, ifindex: _run_frame(self.dp.prog_fd, netns, frame, ifindex))
 
     def counters(self, switch: str | None = None) -> dict:
         if switch is not None:
-            self._select(switch, None)      # an unknown switch is an error, not an empty answer
+            self.select(switch, None)      # an unknown switch is an error, not an empty answer
+        started = time.monotonic_ns()
         result: dict = {"switches": {}}
         for node in self.spec.switches:
             if switch and node.name != switch:
@@ -412,24 +448,36 @@ class SwitchProgrammer:
                 c["nominal_speed_bps"] = i.speed_bps
                 ports[i.name] = c
             groups = {}
-            for (owner, members), gid in self.groups.items():
+            for (owner, members), gid in self.routing.groups.items():
                 if owner != node.name:
                     continue
                 per_member = self.dp.member_counters(gid)
                 groups[str(gid)] = {
                     "mode": self.dp.group_info(gid)["mode"],
-                    "prefixes": self.group_prefixes.get(gid, []),
+                    "prefixes": self.routing.prefixes.get(gid, []),
                     "members": [dict(interface=m, **c) for m, c in zip(members, per_member)],
                 }
             result["switches"][node.name] = {"ports": ports, "groups": groups}
+        # lab-wide: every XDP verdict, and drops by reason over all ports -- including
+        # frames dropped before any port is known (unknown_port), counted only here
+        result["verdicts"] = self.dp.verdict_counters()
+        result["drops"] = self.dp.drop_counters()
+        # when the counters were read (CLOCK_MONOTONIC, as the caller's time.monotonic_ns):
+        # the middle of the read, which can take long on a busy machine
+        result["t_ns"] = (started + time.monotonic_ns()) // 2
         return result
+
+    def switch_reset(self, switch: str) -> dict:
+        """Forget the switch's run-time state (as a reboot would); see reset_switch_state."""
+        node = self.select(switch, None)[0]
+        return self.dp.reset_switch_state(node.switch_id)
+
+    def port_states(self, switch: str | None = None) -> dict:
+        return {n.name: {i.name: self.dp.port_is_up(i.ifindex) for i in n.interfaces}
+                for n in self.spec.switches if switch in (None, n.name)}
 
 
 def _run_frame(prog_fd: int, netns: str, frame: bytes, ifindex: int) -> tuple[int, bytes]:
-    from dataplane import bpf_abi as abi
-    from dataplane.netns_util import in_netns
-    from dataplane.progtest import prog_test_run
-
     # The ingress device is looked up in the caller's namespace: the switch's.
     with in_netns(netns):
         result = prog_test_run(prog_fd, frame, ingress_ifindex=ifindex)
@@ -438,130 +486,3 @@ def _run_frame(prog_fd: int, netns: str, frame: bytes, ifindex: int) -> tuple[in
     return result.retval, result.data
 
 
-class _Handler(socketserver.StreamRequestHandler):
-    def handle(self):
-        for raw in self.rfile:
-            try:
-                request = json.loads(raw)
-                reply = {"ok": True, "result": self.server.dispatch(request)}
-            except Exception as err:  # the reply carries the error to the CLI
-                reply = {"ok": False, "error": f"{type(err).__name__}: {err}"}
-            self.wfile.write((json.dumps(reply) + "\n").encode())
-
-
-class ControlServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
-    daemon_threads = True
-
-    def __init__(self, path: str, programmer: SwitchProgrammer):
-        self.programmer = programmer
-        self.lock = threading.RLock()
-        self.monitor = None            # dataplane.arn.FabricMonitor, set by main()
-        super().__init__(path, _Handler)
-
-    def dispatch(self, request: dict):
-        op = request.get("op")
-        with self.lock:
-            if op == "status":
-                return {"lab": self.programmer.spec.name, "pid": os.getpid(),
-                        "groups": len(self.programmer.groups)}
-            if op == "counters":
-                return self.programmer.counters(request.get("switch"))
-            if op == "trace":
-                return [self.programmer.trace(flow) for flow in request["flows"]]
-            fields = {k: v for k, v in request.items() if k != "op"}
-            if op == "lb_set":
-                return self.programmer.lb_set(**fields)
-            if op == "lb_show":
-                return self.programmer.lb_show()
-            if op == "port_model":
-                return self.programmer.apply_port_model(**fields)
-            if op == "tm_add":
-                return self.programmer.tm_add(**fields)
-            if op == "tm_del":
-                return self.programmer.tm_del(**fields)
-            if op == "tm_list":
-                return self.programmer.tm_list(fields.get("switch"))
-            if op == "port_speed":
-                return self.programmer.port_speed(**fields)
-            if op == "switch_reset":
-                node = self.programmer._select(fields["switch"], None)[0]
-                out = self.programmer.dp.reset_switch_state(node.switch_id)
-                if self.monitor:
-                    self.monitor.clear_switch(node.name)
-                return out
-            if op == "port_states":
-                dp = self.programmer.dp
-                return {n.name: {i.name: dp.port_is_up(i.ifindex) for i in n.interfaces}
-                        for n in self.programmer.spec.switches
-                        if fields.get("switch") in (None, n.name)}
-        # the fabric monitor takes the lock itself where it needs it
-        if op in ("arn_config", "arn_status", "events", "announce_hosts", "hold_ports", "release_ports"):
-            if self.monitor is None:
-                raise ValueError("the fabric monitor is not running")
-            if op == "arn_config":
-                return self.monitor.configure(**fields)
-            if op == "arn_status":
-                return self.monitor.status()
-            if op == "events":
-                return self.monitor.recent_events(int(fields.get("since_ns", 0)))
-            if op == "hold_ports":
-                self.monitor.hold([int(x) for x in fields["ifindexes"]])
-                return {"held": len(fields["ifindexes"])}
-            if op == "release_ports":
-                return self.monitor.release([int(x) for x in fields["ifindexes"]])
-            from dataplane.arn import announce_hosts
-            return {"sent": announce_hosts(self.programmer.spec, fields.get("hosts"))}
-        raise ValueError(f"unknown op {op!r}")
-
-
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="dataplane.agent")
-    parser.add_argument("lab")
-    parser.add_argument("--ready-fd", type=int, required=True)
-    args = parser.parse_args(argv)
-    ready = os.fdopen(args.ready_fd, "w")
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-    try:
-        lab_state = state.load(args.lab)
-        if lab_state is None:
-            raise RuntimeError(f"no state file for lab {args.lab}")
-        spec = lab_state.spec
-        from dataplane.switch_dataplane import SwitchDataplane, attach_xdp
-
-        ports = sum(len(n.interfaces) for n in spec.switches)
-        routes = sum(len(r) for r in spec.routes.values())
-        # room for learned /32 host routes on every switch (ARP-to-host-route) and for
-        # the more specific copies ARN exclusions may add
-        host_ports = sum(len(nic.ports) for nics in spec.host_nics.values() for nic in nics)
-        routes += host_ports * len(spec.switches) + 64
-        dp = SwitchDataplane(max_ports=max(64, ports + 1), max_routes=max(256, routes + 1))
-        if sys.stdin.readline().strip() != "go":
-            return 1
-        # Re-read: a runtime may have learned the ports' ifindexes while the program compiled
-        # (containerlab makes the veths; the counts the compile used do not change).
-        spec = state.load(args.lab).spec
-        dp.pin(str(state.pin_dir(spec.name)))
-        programmer = SwitchProgrammer(spec, dp)
-        programmer.program()
-        programmer.attach(attach_xdp)
-        sock = state.agent_socket(spec.name)
-        if sock.exists():
-            sock.unlink()
-        server = ControlServer(str(sock), programmer)
-        from dataplane.arn import FabricMonitor
-        server.monitor = FabricMonitor(programmer, server.lock)
-        server.monitor.start()
-    except Exception as err:
-        traceback.print_exc()
-        ready.write(f"error: {type(err).__name__}: {err}\n")
-        ready.close()
-        return 1
-    ready.write("ready\n")
-    ready.close()
-    print(f"agent for lab {spec.name} ready: {len(programmer.groups)} groups", flush=True)
-    server.serve_forever()
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

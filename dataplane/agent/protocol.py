@@ -1,0 +1,300 @@
+"""The agent's protocol: what a client may ask and what the counters reply holds.
+
+On the wire (the lab's Unix socket, dataplane.runtime.state.agent_socket): one JSON object
+per line, {"op": NAME, FIELD: value, ...}, answered by one line {"ok": true, "result": ...}
+or {"ok": false, "error": "Type: message"}. Every op is a dataclass below (its fields are
+the request's fields, None = not given); `decode` turns a wire object into one and refuses
+an unknown op or field before anything runs. The counters reply is read through
+`CounterSnapshot`, the one place that knows its field names.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+
+# ------------------------------------------------------------------ requests
+@dataclass
+class Request:
+    op: ClassVar[str] = ""
+
+    def to_wire(self) -> dict:
+        """{"op": ..., fields that were given}."""
+        fields = {k: v for k, v in dataclasses.asdict(self).items() if v is not None}
+        return {"op": self.op, **fields}
+
+    def fields(self) -> dict:
+        """The given fields as keyword arguments of the programmer's or monitor's method."""
+        return {k: v for k, v in self.to_wire().items() if k != "op"}
+
+
+@dataclass
+class Counters(Request):
+    op: ClassVar[str] = "counters"
+    switch: str | None = None
+
+
+@dataclass
+class Trace(Request):
+    op: ClassVar[str] = "trace"
+    flows: list = field(default_factory=list)      # dataplane.pathtrace.FlowKey fields
+
+
+@dataclass
+class LbSet(Request):
+    op: ClassVar[str] = "lb_set"
+    switch: str | None = None
+    role: str | None = None
+    mode: str | None = None
+    seed: int | str | None = None
+    hash_fields: list | None = None
+    flowlet_timeout_us: float | None = None
+    busy_util: float | None = None
+    busy_timeout_us: float | None = None
+    weights: Any = None
+    bandwidth: bool | None = None
+    lbn: Any = None
+
+
+@dataclass
+class LbShow(Request):
+    op: ClassVar[str] = "lb_show"
+
+
+@dataclass
+class LbRestore(Request):
+    op: ClassVar[str] = "lb_restore"
+    snapshot: dict = field(default_factory=dict)   # an lb_show reply
+
+
+@dataclass
+class PortModel(Request):
+    op: ClassVar[str] = "port_model"
+    scale: float | None = None
+    buffer_bytes: int | None = None
+    ecn_bytes: int | None = None
+    window_us: float | None = None
+    queue: str | None = None
+
+
+@dataclass
+class TmDel(Request):
+    """A traffic-matrix entry of a switch: its 5-tuple."""
+    op: ClassVar[str] = "tm_del"
+    switch: str = ""
+    src: str = ""
+    dst: str = ""
+    sport: int = 0
+    dport: int = 0
+    proto: str | int = "udp"
+
+
+@dataclass
+class TmAdd(TmDel):
+    """The 5-tuple leaves the switch by interface `egress`, whatever the mode."""
+    op: ClassVar[str] = "tm_add"
+    egress: str = ""
+
+
+@dataclass
+class TmList(Request):
+    op: ClassVar[str] = "tm_list"
+    switch: str | None = None
+
+
+@dataclass
+class PortSpeed(Request):
+    op: ClassVar[str] = "port_speed"
+    switch: str = ""
+    port: str = ""
+    speed_bps: int | None = None       # None: back to the topology's speed
+
+
+@dataclass
+class SwitchReset(Request):
+    op: ClassVar[str] = "switch_reset"
+    switch: str = ""
+
+
+@dataclass
+class PortStates(Request):
+    op: ClassVar[str] = "port_states"
+    switch: str | None = None
+
+
+@dataclass
+class ArnConfig(Request):
+    op: ClassVar[str] = "arn_config"
+    notify: bool | None = None
+    arn: bool | None = None
+    arn_util: float | None = None
+    arn_queue_bytes: int | None = None
+    hold_ms: float | None = None
+    interval_ms: float | None = None
+    poll_ms: float | None = None
+    learn: bool | None = None
+
+
+@dataclass
+class ArnStatus(Request):
+    op: ClassVar[str] = "arn_status"
+
+
+@dataclass
+class Events(Request):
+    op: ClassVar[str] = "events"
+    since_ns: int = 0
+
+
+@dataclass
+class HoldPorts(Request):
+    op: ClassVar[str] = "hold_ports"
+    ifindexes: list = field(default_factory=list)
+
+
+@dataclass
+class ReleasePorts(Request):
+    op: ClassVar[str] = "release_ports"
+    ifindexes: list = field(default_factory=list)
+
+
+REQUESTS: dict[str, type[Request]] = {cls.op: cls for cls in (
+    Counters, Trace, LbSet, LbShow, LbRestore, PortModel, TmAdd, TmDel, TmList, PortSpeed,
+    SwitchReset, PortStates, ArnConfig, ArnStatus, Events, HoldPorts, ReleasePorts)}
+
+
+def decode(obj: dict) -> Request:
+    """The request a wire object asks for; ValueError for an unknown op or field."""
+    op = obj.get("op")
+    cls = REQUESTS.get(op)
+    if cls is None:
+        raise ValueError(f"unknown op {op!r}")
+    known = {f.name for f in dataclasses.fields(cls)}
+    fields = {k: v for k, v in obj.items() if k != "op"}
+    unknown = sorted(set(fields) - known)
+    if unknown:
+        raise ValueError(f"{op}: unknown field {', '.join(unknown)}; known: {', '.join(sorted(known)) or 'none'}")
+    return cls(**fields)
+
+
+def request(op: str, **fields) -> Request:
+    """The request for op with these fields (None = not given)."""
+    return decode({"op": op, **{k: v for k, v in fields.items() if v is not None}})
+
+
+# ------------------------------------------------------------------ the counters reply
+PORT_TOTALS = ("rx_packets", "rx_bytes", "tx_packets", "tx_bytes", "ecn_marked")
+
+
+@dataclass
+class PortCounters:
+    """One switch port: totals since deploy, its emulated queue now, its speeds."""
+    rx_packets: int = 0
+    rx_bytes: int = 0
+    tx_packets: int = 0
+    tx_bytes: int = 0
+    ecn_marked: int = 0
+    drops: dict[str, int] = field(default_factory=dict)      # reason -> packets
+    queue_bytes: int = 0            # virtual backlog now
+    utilization: float = 0.0        # port model's moving average, 0..1
+    speed_bps: int = 0              # emulated (nominal x the port model's scale); 0 = no model
+    nominal_speed_bps: int = 0      # the topology's
+    shaper: dict | None = None      # real queue: the port's qdisc now (backlog_bytes, drops, ...)
+
+    @property
+    def waiting_bytes(self) -> int:
+        """Bytes waiting in the port now: the virtual backlog or, for a real queue, what
+        sits in its shaper, whichever is more."""
+        return max(int(self.queue_bytes or 0), int((self.shaper or {}).get("backlog_bytes", 0)))
+
+    def minus(self, before: "PortCounters") -> "PortCounters":
+        """Totals since `before`; the state now (queue, speeds) as it is."""
+        reasons = set(self.drops) | set(before.drops)
+        return dataclasses.replace(
+            self, **{f: getattr(self, f) - getattr(before, f) for f in PORT_TOTALS},
+            drops={r: self.drops.get(r, 0) - before.drops.get(r, 0) for r in reasons})
+
+    def to_wire(self) -> dict:
+        out = dataclasses.asdict(self)
+        if self.shaper is None:
+            out.pop("shaper")
+        return out
+
+
+@dataclass
+class MemberCounters:
+    interface: str
+    ifindex: int
+    packets: int
+    bytes: int
+
+
+@dataclass
+class GroupCounters:
+    mode: str
+    prefixes: list[str]
+    members: list[MemberCounters]
+
+
+@dataclass
+class SwitchCounters:
+    ports: dict[str, PortCounters]
+    groups: dict[str, GroupCounters]
+
+
+@dataclass
+class CounterSnapshot:
+    """The counters reply: per switch its ports and groups; lab-wide, every XDP verdict
+    and the drops by reason (which include frames no port owns: unknown_port)."""
+    switches: dict[str, SwitchCounters]
+    verdicts: dict[str, dict] = field(default_factory=dict)   # verdict -> {packets, bytes}
+    drops: dict[str, int] = field(default_factory=dict)       # reason -> packets
+    t_ns: int | None = None         # when the agent read them (monotonic ns), if it said
+
+    @classmethod
+    def from_wire(cls, data: dict) -> "CounterSnapshot":
+        switches = {}
+        for name, sw in data["switches"].items():
+            ports = {p: PortCounters(**c) for p, c in sw["ports"].items()}
+            groups = {gid: GroupCounters(g["mode"], list(g["prefixes"]),
+                                         [MemberCounters(**m) for m in g["members"]])
+                      for gid, g in sw["groups"].items()}
+            switches[name] = SwitchCounters(ports, groups)
+        return cls(switches, dict(data.get("verdicts", {})), dict(data.get("drops", {})), data.get("t_ns"))
+
+    def to_wire(self) -> dict:
+        out = {"switches": {name: {"ports": {p: c.to_wire() for p, c in sw.ports.items()},
+                                   "groups": {gid: dataclasses.asdict(g) for gid, g in sw.groups.items()}}
+                            for name, sw in self.switches.items()},
+               "verdicts": self.verdicts, "drops": self.drops}
+        if self.t_ns is not None:
+            out["t_ns"] = self.t_ns
+        return out
+
+    def port(self, switch: str, port: str) -> PortCounters | None:
+        sw = self.switches.get(switch)
+        return sw.ports.get(port) if sw else None
+
+    def ports(self):
+        """(switch, port, counters) of every port."""
+        for name, sw in self.switches.items():
+            for port, c in sw.ports.items():
+                yield name, port, c
+
+    def minus(self, before: "CounterSnapshot") -> "CounterSnapshot":
+        """Port totals and lab-wide drops since `before` (ports `before` lacks count from 0)."""
+        switches = {}
+        for name, sw in self.switches.items():
+            old = before.switches.get(name)
+            ports = {p: c.minus(old.ports[p] if old and p in old.ports else PortCounters())
+                     for p, c in sw.ports.items()}
+            switches[name] = SwitchCounters(ports, sw.groups)
+        drops = {r: n - before.drops.get(r, 0) for r, n in self.drops.items()}
+        verdicts = {v: {k: n - before.verdicts.get(v, {}).get(k, 0) for k, n in c.items()}
+                    for v, c in self.verdicts.items()}
+        return CounterSnapshot(switches, verdicts, drops, self.t_ns)
+
+    def waiting_bytes(self) -> int:
+        """Bytes waiting in the fabric's emulated ports now."""
+        return sum(c.waiting_bytes for _, _, c in self.ports())

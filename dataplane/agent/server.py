@@ -1,0 +1,145 @@
+"""The lab's control agent: one process per lab.
+
+It compiles and loads the XDP switch program once (one BPF object serves every switch of
+the lab), pins it, attaches it to every switch port, programs routes and groups from the
+controller's plan (dataplane.agent.programmer), starts the fabric monitor
+(dataplane.agent.monitor), and then serves run-time requests (dataplane.agent.protocol)
+on a Unix socket in the lab's state directory. One process per lab keeps bring-up to a
+single compile and memory to a single bcc instance.
+
+Run by `railab deploy` as `python -m dataplane.agent LAB --ready-fd N`: it compiles while
+the runtime builds the namespaces, waits for "go" on stdin, then writes "ready" (or
+"error: ...") to the ready fd.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import socketserver
+import sys
+import threading
+import traceback
+from typing import Callable
+
+from dataplane.agent import protocol as proto
+from dataplane.agent.monitor import FabricMonitor
+from dataplane.agent.programmer import SwitchProgrammer
+from dataplane.runtime import state
+from dataplane.bpfio import attach_xdp
+from dataplane.switch_dataplane import SwitchDataplane
+
+
+class _Handler(socketserver.StreamRequestHandler):
+    def handle(self):
+        for raw in self.rfile:
+            try:
+                request = proto.decode(json.loads(raw))
+                reply = {"ok": True, "result": self.server.dispatch(request)}
+            except Exception as err:  # the reply carries the error to the CLI
+                reply = {"ok": False, "error": f"{type(err).__name__}: {err}"}
+            self.wfile.write((json.dumps(reply) + "\n").encode())
+
+
+class ControlServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
+    """Serves the protocol: one handler per request type. The programmer's handlers run
+    under the lock; the fabric monitor takes the lock itself where it needs it."""
+    daemon_threads = True
+
+    def __init__(self, path: str, programmer: SwitchProgrammer, monitor: FabricMonitor | None = None):
+        self.programmer = programmer
+        self.lock = threading.RLock()
+        self.monitor = monitor
+        p = programmer
+        self.locked: dict[type, Callable] = {
+            proto.Counters: lambda r: p.counters(r.switch),
+            proto.Trace: lambda r: [p.trace(flow) for flow in r.flows],
+            proto.LbSet: lambda r: p.lb_set(**r.fields()),
+            proto.LbShow: lambda r: p.lb_show(),
+            proto.LbRestore: lambda r: p.lb_restore(r.snapshot),
+            proto.PortModel: lambda r: p.apply_port_model(**r.fields()),
+            proto.TmAdd: lambda r: p.tm_add(**r.fields()),
+            proto.TmDel: lambda r: p.tm_del(**r.fields()),
+            proto.TmList: lambda r: p.tm_list(r.switch),
+            proto.PortSpeed: lambda r: p.port_speed(**r.fields()),
+            proto.SwitchReset: self._switch_reset,
+            proto.PortStates: lambda r: p.port_states(r.switch),
+        }
+        self.unlocked: dict[type, Callable] = {
+            proto.ArnConfig: lambda r: self._monitor().configure(**r.fields()),
+            proto.ArnStatus: lambda r: self._monitor().status(),
+            proto.Events: lambda r: self._monitor().recent_events(int(r.since_ns)),
+            proto.HoldPorts: self._hold,
+            proto.ReleasePorts: lambda r: self._monitor().release([int(x) for x in r.ifindexes]),
+        }
+        super().__init__(path, _Handler)
+
+    def dispatch(self, request: proto.Request):
+        handler = self.locked.get(type(request))
+        if handler is not None:
+            with self.lock:
+                return handler(request)
+        return self.unlocked[type(request)](request)
+
+    def _monitor(self) -> FabricMonitor:
+        if self.monitor is None:
+            raise ValueError("the fabric monitor is not running")
+        return self.monitor
+
+    def _switch_reset(self, r: proto.SwitchReset) -> dict:
+        out = self.programmer.switch_reset(r.switch)
+        if self.monitor:
+            self.monitor.clear_switch(r.switch)
+        return out
+
+    def _hold(self, r: proto.HoldPorts) -> dict:
+        self._monitor().hold([int(x) for x in r.ifindexes])
+        return {"held": len(r.ifindexes)}
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="dataplane.agent")
+    parser.add_argument("lab")
+    parser.add_argument("--ready-fd", type=int, required=True)
+    args = parser.parse_args(argv)
+    ready = os.fdopen(args.ready_fd, "w")
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    try:
+        lab_state = state.load(args.lab)
+        if lab_state is None:
+            raise RuntimeError(f"no state file for lab {args.lab}")
+        spec = lab_state.spec
+        ports = sum(len(n.interfaces) for n in spec.switches)
+        routes = sum(len(r) for r in spec.routes.values())
+        # room for learned /32 host routes on every switch (ARP-to-host-route) and for
+        # the more specific copies ARN exclusions may add
+        host_ports = sum(len(nic.ports) for nics in spec.host_nics.values() for nic in nics)
+        routes += host_ports * len(spec.switches) + 64
+        dp = SwitchDataplane(max_ports=max(64, ports + 1), max_routes=max(256, routes + 1))
+        if sys.stdin.readline().strip() != "go":
+            return 1
+        # Re-read: a runtime may have learned the ports' ifindexes while the program compiled
+        # (containerlab makes the veths; the counts the compile used do not change).
+        spec = state.load(args.lab).spec
+        dp.pin(str(state.pin_dir(spec.name)))
+        programmer = SwitchProgrammer(spec, dp)
+        programmer.program()
+        programmer.attach(attach_xdp)
+        sock = state.agent_socket(spec.name)
+        if sock.exists():
+            sock.unlink()
+        server = ControlServer(str(sock), programmer)
+        server.monitor = FabricMonitor(programmer, server.lock)
+        server.monitor.start()
+    except Exception as err:
+        traceback.print_exc()
+        ready.write(f"error: {type(err).__name__}: {err}\n")
+        ready.close()
+        return 1
+    ready.write("ready\n")
+    ready.close()
+    print(f"agent for lab {spec.name} ready: {len(programmer.routing.groups)} groups", flush=True)
+    server.serve_forever()
+    return 0
+

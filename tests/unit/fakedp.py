@@ -1,0 +1,118 @@
+"""A data plane without BPF for the agent's unit tests: the SwitchDataplane methods the
+programmer and the monitor call, keeping what they write in dicts. The replies the
+programmer builds from it are the agent's real replies (same code, same field names)."""
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+
+from dataplane import bpf_abi as abi
+from dataplane.agent.programmer import SwitchProgrammer
+from dataplane.runtime import labspec
+from dataplane.switch_dataplane import GroupState, hash_field_names
+from dataplane.topology import clab
+
+LABS = Path(__file__).resolve().parents[2] / "labs"
+
+
+class FakeDataplane:
+    prog_fd = handoff_prog_fd = -1
+
+    def __init__(self):
+        self.switches: dict[int, dict] = {}
+        self.ports: dict[int, SimpleNamespace] = {}
+        self.models: dict[int, dict] = {}
+        self.groups: dict[int, GroupState] = {}
+        self.route_table: dict[int, dict[str, int]] = {}
+        self.avoid: dict[tuple[int, str], int] = {}
+        self.up: dict[int, bool] = {}
+        self.tx: dict[int, int] = {}         # ifindex -> tx bytes so far
+
+    def set_switch(self, switch_id, *, hash_seed, hash_fields=None):
+        self.switches[switch_id] = {"hash_seed": hash_seed, "hash_fields": hash_fields}
+
+    def set_port(self, ifindex, *, switch_id, slot, mac, lbn=0, speed_bps=0):
+        self.ports[ifindex] = SimpleNamespace(switch_id=switch_id, slot=slot, mac=mac, lbn=lbn,
+                                              speed_bps=speed_bps)
+        self.up.setdefault(ifindex, True)
+
+    def port_info(self, ifindex):
+        return self.ports[ifindex]
+
+    def add_address(self, switch_id, ifindex, ip):
+        pass
+
+    def set_port_model(self, ifindex, *, speed_bps, buffer_bytes, ecn_bytes, window_us, real_queue):
+        self.models[ifindex] = {"speed_bps": speed_bps, "buffer_bytes": buffer_bytes}
+
+    def port_model(self, ifindex):
+        return self.models.get(ifindex)
+
+    def set_group(self, gid, members, **_):
+        self.groups[gid] = GroupState(members=[(i, m) for i, m in members])
+
+    def set_group_lb(self, gid, *, mode=None, hash_fields=None, flowlet_timeout_us=None, busy_util=None,
+                     busy_timeout_us=None, weights=None, clear_weights=False):
+        g = self.groups[gid]
+        if mode is not None:
+            g.mode = abi.lb_mode(mode)
+        if hash_fields is not None:
+            g.hash_fields = hash_fields if isinstance(hash_fields, int) else \
+                sum(abi.HASH_FIELDS[f] for f in hash_fields)
+        if clear_weights:
+            g.weights = None
+        for name, value in (("flowlet_timeout_us", flowlet_timeout_us), ("busy_util", busy_util),
+                            ("busy_timeout_us", busy_timeout_us), ("weights", weights)):
+            if value is not None:
+                setattr(g, name, value)
+
+    def group_info(self, gid):
+        g = self.groups[gid]
+        return {"mode": abi.LB_MODE_NAMES[g.mode], "members": [i for i, _ in g.members],
+                "hash_fields": hash_field_names(g.hash_fields), "flowlet_timeout_us": g.flowlet_timeout_us,
+                "busy_util": g.busy_util, "busy_timeout_us": g.busy_timeout_us, "weights": g.weights}
+
+    def add_route(self, switch_id, prefix, gid):
+        self.route_table.setdefault(switch_id, {})[prefix] = gid
+
+    def del_route(self, switch_id, prefix):
+        return self.route_table.get(switch_id, {}).pop(prefix, None) is not None
+
+    def routes(self, switch_id):
+        return dict(self.route_table.get(switch_id, {}))
+
+    def set_route_avoid(self, switch_id, prefix, mask):
+        self.avoid[(switch_id, prefix)] = mask
+
+    def port_is_up(self, ifindex):
+        return self.up.get(ifindex, True)
+
+    def group_down_mask(self, gid):
+        return sum(1 << k for k, (i, _) in enumerate(self.groups[gid].members) if not self.up.get(i, True))
+
+    def port_counters(self, ifindex):
+        tx = self.tx.get(ifindex, 0)
+        return {"rx_packets": 0, "rx_bytes": 0, "tx_packets": tx // 1000, "tx_bytes": tx, "ecn_marked": 0,
+                "drops": {name: 0 for name in abi.DROP_REASONS.values()}}
+
+    def port_queue_state(self, ifindex):
+        return {"queue_bytes": 0, "utilization": 0.0}
+
+    def member_counters(self, gid):
+        return [{"ifindex": i, "packets": 0, "bytes": 0} for i, _ in self.groups[gid].members]
+
+    def verdict_counters(self):
+        return {name: {"packets": 0, "bytes": 0} for name in abi.XDP_ACTIONS.values()}
+
+    def drop_counters(self):
+        return {name: 0 for name in abi.DROP_REASONS.values()}
+
+
+def programmed(kind: str = "clos2", name: str = "unitlab") -> SwitchProgrammer:
+    """A programmer that has programmed a shipped lab into a FakeDataplane."""
+    topo = clab.read(LABS / kind / f"{kind}.clab.yml")
+    topo.name = name
+    spec = labspec.build(topo)
+    programmer = SwitchProgrammer(spec, FakeDataplane())
+    programmer.program()
+    return programmer

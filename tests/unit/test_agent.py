@@ -1,0 +1,218 @@
+"""The agent without BPF: its protocol, the server's dispatch table, the programmer's
+routing state and restore, the monitor's locking and caches, and what the experiment
+runner makes of the agent's real counters reply (built by the programmer's own code
+over a FakeDataplane)."""
+from __future__ import annotations
+
+import threading
+import time
+from types import SimpleNamespace
+
+import pytest
+from fakedp import programmed
+
+from dataplane.agent import protocol as proto
+from dataplane.agent.monitor import T_WITHDRAW, FabricMonitor, Notice, R_UTIL
+from dataplane.agent.server import ControlServer
+from dataplane.experiment import runner, session
+from dataplane.experiment.spec import Experiment, ModeSpec
+from dataplane.lb import Fabric
+from dataplane.traffic import workload as wl
+
+
+# ------------------------------------------------------------------ protocol and server
+def test_every_request_has_one_handler(tmp_path):
+    server = ControlServer(str(tmp_path / "agent.sock"), programmed())
+    try:
+        handled = set(server.locked) | set(server.unlocked)
+        assert handled == set(proto.REQUESTS.values())
+        assert not set(server.locked) & set(server.unlocked)
+    finally:
+        server.server_close()
+
+
+def test_unknown_op_or_field_is_refused_before_it_runs():
+    with pytest.raises(ValueError, match="unknown op 'status'"):
+        proto.decode({"op": "status"})
+    with pytest.raises(ValueError, match="unknown field colour"):
+        proto.decode({"op": "counters", "colour": "red"})
+    assert proto.request("port_speed", switch="s", port="p", speed_bps=None).to_wire() == \
+        {"op": "port_speed", "switch": "s", "port": "p"}
+
+
+def test_counters_reply_round_trips_and_shows_lab_wide_drops():
+    p = programmed()
+    wire = p.counters()
+    snap = proto.CounterSnapshot.from_wire(wire)
+    assert snap.to_wire() == wire
+    assert snap.t_ns and abs(snap.t_ns - time.monotonic_ns()) < 10**9   # when the agent read them
+    assert "unknown_port" in snap.drops            # dropped before any port is known
+    assert set(snap.verdicts) >= {"drop", "pass", "redirect"}
+
+
+# ------------------------------------------------------------------ the report's fields
+def test_report_links_carry_the_emulated_speed_the_agent_sends():
+    """The runner once read `scaled_bps`, a field the agent never sends: the emulated
+    speed, the utilisation and the fabric colouring were missing from real reports."""
+    p = programmed()
+    before = proto.CounterSnapshot.from_wire(p.counters())
+    for ifindex in p.dp.ports:
+        p.dp.tx[ifindex] = 125_000
+    after = proto.CounterSnapshot.from_wire(p.counters())
+    links = runner._link_bytes(p.spec, before, after)
+    scale = p.port_model["scale"]
+    assert links and all(link["scaled_bps"] == int(link["speed_bps"] * scale) for link in links)
+    up = next(link for link in links if link["a"].startswith("leaf1:up"))
+    assert up["bytes_ab"] == 125_000 and up["bytes_ba"] == 125_000
+
+
+# ------------------------------------------------------------------ restoring a lab
+def _fabric_of(server: ControlServer):
+    """A Fabric whose requests go straight to the server's dispatch table."""
+    class Direct(Fabric):
+        def _req(self, op, **fields):
+            return server.dispatch(proto.request(op, **fields))
+    return Direct("unitlab")
+
+
+def _tweak(fab: Fabric) -> None:
+    fab.set_mode("flowlet", role="leaf", flowlet_timeout_us=333, busy_util=0.5, busy_timeout_us=20,
+                 hash_fields=["src_ip", "dst_ip", "bth_dqp"], seed=7)
+    fab.set_mode("wcmp", switch="spine1", weights=[1, 3])
+    fab.set_mode(None, switch="leaf2", lbn={"up1": 5})
+    fab.set_port_model(scale=0.001, buffer_bytes=65536)
+
+
+def test_lb_restore_gives_back_what_show_recorded(tmp_path):
+    server = ControlServer(str(tmp_path / "agent.sock"), programmed())
+    try:
+        fab = _fabric_of(server)
+        _tweak(fab)
+        found = fab.show()
+        fab.set_mode("spray-rr", seed="auto", hash_fields=["dst_ip"], lbn="auto")
+        fab.set_port_model(scale=0.5)
+        fab.restore(found)
+        assert fab.show() == found
+    finally:
+        server.server_close()
+
+
+def test_reused_lab_is_given_back_as_found(tmp_path, monkeypatch):
+    """An experiment on a lab that was already up leaves its load balancing and port
+    model exactly as it found them (it used to reset every switch to ECMP, auto seed)."""
+    p = programmed()
+    server = ControlServer(str(tmp_path / "agent.sock"), p)
+    try:
+        fab = _fabric_of(server)
+        _tweak(fab)
+        found = fab.show()
+        monkeypatch.setattr(session, "Fabric", lambda lab: fab)
+        monkeypatch.setattr(session.lifecycle, "is_up", lambda lab: True)
+        monkeypatch.setattr(session.state, "load", lambda lab: SimpleNamespace(spec=p.spec))
+        monkeypatch.setattr(session.runner, "run_once", lambda *a, **kw: {})
+        monkeypatch.setattr(session, "write", lambda results, exp: tmp_path)
+        monkeypatch.setattr(session.wl, "generate", lambda workload, hosts: [])
+        from dataplane.report import metrics
+        monkeypatch.setattr(metrics, "run_metrics", lambda run: {})
+        exp = Experiment(name="restore", source=tmp_path / "x.yml",
+                         lab_file=session.clab.Path(__file__).resolve().parents[2] / "labs/clos2/clos2.clab.yml",
+                         duration_s=0.1, modes=[ModeSpec("spray-rr", "spray-rr"), ModeSpec("ecmp", "ecmp", {"seed": 3})],
+                         workload=None, port_model={"scale": 0.01, "queue": "virtual"}, sweep=None, output=tmp_path, reuse_lab=False)
+        session.run(exp, lab_name="unitlab")
+        assert fab.show() == found
+    finally:
+        server.server_close()
+
+
+# ------------------------------------------------------------------ the monitor
+class _Sock:
+    def __init__(self):
+        self.sent = []
+
+    def sendto(self, data, addr):
+        self.sent.append((Notice.unpack(data), addr))
+
+
+def _monitor(p=None) -> FabricMonitor:
+    p = p or programmed()
+    mon = FabricMonitor(p, threading.RLock())
+    mon.udp = {n.name: _Sock() for n in p.spec.switches}
+    return mon
+
+
+def test_reachability_notices_only_for_the_switchs_own_groups():
+    mon = _monitor()
+    p = mon.p
+    spine1 = p.spec.node("spine1")
+    spine_gid = p.routing.group_ids("spine1")[0]
+    for ifindex, _ in p.dp.groups[spine_gid].members:
+        p.dp.up[ifindex] = False
+    leaf1 = p.spec.node("leaf1")
+    mon._notify_reachability(leaf1, [spine_gid], 0)        # not leaf1's group: nothing
+    assert not mon.withdrawn
+    mon._notify_reachability(spine1, [spine_gid], 0)       # spine1's: withdrawn upstream
+    assert {sw for sw, _ in mon.withdrawn} == {"spine1"}
+    assert mon.udp["spine1"].sent
+
+
+class _CheckedDict(dict):
+    """A dict that fails when read without `lock` held."""
+
+    def __init__(self, lock, *a):
+        super().__init__(*a)
+        self.lock = lock
+
+    def _check(self):
+        assert self.lock._is_owned(), "exclusion table read without the lock"
+
+    def items(self):
+        self._check()
+        return super().items()
+
+    def __iter__(self):
+        self._check()
+        return super().__iter__()
+
+
+def test_exclusion_table_is_only_read_under_the_lock():
+    mon = _monitor()
+    leaf1 = mon.p.spec.node("leaf1")
+    spine1 = mon.p.spec.node("spine1")
+    notice = Notice(T_WITHDRAW, R_UTIL, 1, spine1.switch_id, 0, "10.0.1.0/24", hold_ms=1)
+    mon.handle_notice(leaf1, notice, time.monotonic_ns())
+    mon.excl = _CheckedDict(mon.lock, mon.excl)
+    mon.status()
+    mon._expire(time.monotonic_ns() + 10**9)
+    assert mon.counters["leaf1"]["expired"] == 1
+
+
+def test_arn_ports_follow_the_routing_state():
+    """The ports whose congestion matters are worked out again when the programmer's
+    routing state changes (they were cached once and never refreshed)."""
+    mon = _monitor()
+    p = mon.p
+
+    def targets():
+        return {(iface.name, gid) for node, iface, t in mon._arn_ports() if node.name == "leaf1"
+                for gid, _ in t}
+
+    assert not targets()          # nobody routes through leaf1 what leaf1's groups carry
+    leaf1 = p.spec.node("leaf1")
+    # leaf1's own segment over a new group: the spines route it through leaf1
+    gid = p._group("leaf1", ("up1",), {i.name: i for i in leaf1.interfaces})
+    p.routing.add_prefix(gid, p.spec.segments[0])
+    assert ("up1", gid) in targets()
+
+
+def test_learned_host_routes_follow_the_controllers_next_hop_rule():
+    """A host learned on a leaf port becomes a /32 on every switch of the leaf's plane,
+    over the same next hops the controller gives the leaf's segment."""
+    p = programmed("dual-plane")
+    leaf = p.spec.node("p0-leaf1-r1")
+    iface = leaf.interface("down2")
+    done = p.install_host_route(leaf, iface, "10.0.1.3")
+    assert done[0] == leaf.name and set(done) == {n.name for n in p.spec.switches if n.plane == 0}
+    segment = next(r for r in p.spec.routes["p0-spine1"] if r.prefix.startswith("10.0.1."))
+    gid = p.routing.host_routes[("p0-spine1", "10.0.1.3/32")]
+    assert p.routing.members[gid] == segment.nexthops
+    assert p.routing.members[p.routing.host_routes[(leaf.name, "10.0.1.3/32")]] == ["down2"]
