@@ -48,6 +48,8 @@ Definitions (``D`` = run["duration_s"]):
 * ``drops`` / ``ecn_marked`` = run["switches"]["drops"] / ["ecn_marked"] (switch
   counters); ``ce_packets`` = sum of the flows' ce (CE-marked packets received).
 * ``messages_completed`` / ``messages_incomplete`` = sums over flows.
+* fault runs: network-side ``outage_ms`` / ``recovery_ms`` (from send times), host-side
+  delivery gaps and the data plane's reaction times: see fault_metrics.
 
 `mode_summary(runs)` gives, per metric, mean, std (sample std, n-1; 0 for one run),
 min, p50, max and the per-run values; None values (not applicable) are left out.
@@ -342,21 +344,136 @@ def latency_metrics(flows: list[dict]) -> dict:
             "latency_max_us": max(s["max"] for s in stats) / 1000}
 
 
+def _event_starts(run: dict) -> list[int]:
+    """CLOCK_MONOTONIC ns of the run's fired fault events (those that recorded it), in order."""
+    return sorted(int(e["t_ns"]) for e in run.get("events") or [] if e.get("t_ns"))
+
+
+def flow_outage(flow: dict, starts: list[int] | None = None) -> dict:
+    """A flow's network-side figures (ms; None = unknown) and its host-side gap:
+    {outage_ms, recovery_ms, host_gap_ms, note}. With fault event times (`starts`) its
+    loss windows are split into episodes, one per event (a window belongs to the last
+    event that fired before it ended), and outage / recovery are the largest episode's
+    (a link-down and its repair a second later are two outages, not one of a second).
+    0 for a flow that lost nothing; None when lost packets have no usable timing."""
+    gap = flow.get("max_gap_us")
+    out = {"outage_ms": None, "recovery_ms": None,
+           "host_gap_ms": float(gap) / 1000 if gap is not None else None, "note": flow.get("timing_note")}
+    lost = int(flow.get("lost") or 0)
+    if out["note"] is None and flow.get("outage_us") is None:
+        if lost == 0 and int(flow.get("packets") or 0) > 0:
+            out.update(outage_ms=0.0, recovery_ms=0.0)
+        else:
+            out["note"] = "no packet received" if not flow.get("packets") else "no send-time record"
+        return out
+    if out["note"] is not None:
+        return out
+    windows = flow.get("loss_windows_ns") or []
+    if not starts or not windows or flow.get("loss_windows_truncated"):
+        out.update(outage_ms=float(flow["outage_us"]) / 1000, recovery_ms=float(flow["recovery_us"]) / 1000)
+        return out
+    episodes: dict[int, list] = {}
+    for start, end, _n in windows:
+        k = sum(1 for t in starts if t <= end)      # 0: before the first event
+        episodes.setdefault(k, []).append((start, end))
+    out["outage_ms"] = max(ws[-1][1] - ws[0][0] for ws in episodes.values()) / 1e6
+    out["recovery_ms"] = max(ws[0][1] - ws[0][0] for ws in episodes.values()) / 1e6
+    return out
+
+
+def _max_known(values: list) -> float | None:
+    """The largest value; None (unknown) when any is unknown or there are none."""
+    if not values or any(v is None for v in values):
+        return None
+    return max(values)
+
+
+def dataplane_reaction(fired: list[dict], log: list[dict], until_ns: int | None = None) -> list[dict]:
+    """Each fired fault event with the data plane's reaction, from the agent's event log
+    (faults.events): the agent's entries between this event's t_ns and the next event's
+    (or until_ns) are its reaction.
+      local:  per port_down/port_up: fault_to_mask_us = mask written (t_map_ns) - fault
+              issued (t_ns, just before the carrier change); netlink_to_mask_us = mask
+              written - netlink told the agent (None for a repair's port_up: the agent
+              applies it at the repair's release, not on netlink).
+      remote: per notice received (withdraw/restore): send_to_map_us = the upstream
+              switch's map write - the reporter's send (matched on reporter and seq;
+              t_tx_ns if the agent logged it, else t_ns).
+    failover_us / notice_us = the largest of each (None when there was none)."""
+    def when(e: dict) -> int:
+        return max(int(e.get(k) or 0) for k in ("t_ns", "t_map_ns", "t_rx_ns"))
+
+    sent = {(e.get("switch"), e.get("seq")): e for e in log if str(e.get("event", "")).endswith("_sent")}
+    out = []
+    for i, ev in enumerate(fired):
+        t = ev.get("t_ns")
+        if not t:
+            out.append(dict(ev))
+            continue
+        nxt = next((int(f["t_ns"]) for f in fired[i + 1:] if f.get("t_ns")), until_ns)
+        mine = [e for e in log if when(e) >= t and (nxt is None or when(e) < nxt)]
+        local, remote = [], []
+        for e in mine:
+            kind = e.get("event")
+            if kind in ("port_down", "port_up"):
+                t_map, t_rx = int(e["t_map_ns"]), int(e.get("t_rx_ns") or 0)
+                local.append({"event": kind, "switch": e.get("switch"), "port": e.get("port"),
+                              "fault_to_mask_us": (t_map - t) / 1000,
+                              "netlink_to_mask_us": (t_map - t_rx) / 1000 if 0 < t_rx < t_map else None})
+            elif kind in ("withdraw_received", "restore_received"):
+                tx = sent.get((e.get("from"), e.get("seq")))
+                t_tx = int(tx.get("t_tx_ns") or tx.get("t_ns") or 0) if tx else 0
+                remote.append({"event": kind, "switch": e.get("switch"), "from": e.get("from"),
+                               "prefix": e.get("prefix"),
+                               "send_to_map_us": (int(e["t_map_ns"]) - t_tx) / 1000 if t_tx else None,
+                               "rx_to_map_us": (int(e["t_map_ns"]) - int(e["t_rx_ns"])) / 1000})
+        fail = [x["fault_to_mask_us"] for x in local if x["event"] == "port_down"] or \
+            [x["fault_to_mask_us"] for x in local]
+        notice = [x["send_to_map_us"] for x in remote if x["send_to_map_us"] is not None]
+        out.append({**ev, "local": local, "remote": remote,
+                    "failover_us": max(fail) if fail else None, "notice_us": max(notice) if notice else None})
+    return out
+
+
 def fault_metrics(run: dict) -> dict:
-    """For runs with fault events: flows whose path crossed a failed element, the packets
-    they lost, packets lost by every other flow (should be 0), and the recovery time = the
-    longest delivery gap among the affected flows. Empty for runs without events."""
+    """For runs with fault events (empty otherwise). Affected flows = those whose path
+    crossed a failed element (on_failed_element; every flow for per-packet modes).
+
+    Network side, from send times (flow_outage; None = unknown for some flow):
+      ``outage_ms`` / ``recovery_ms`` = the largest of the affected flows;
+      ``outage_elsewhere_ms`` = the largest outage of the other flows (0 expected).
+    Host side (receive times, includes the hosts' scheduling):
+      ``host_gap_on_failed_ms`` / ``host_gap_elsewhere_ms`` = the longest delivery gap
+      of affected / other flows (the second is the run's baseline jitter).
+    Data plane (the agent's log, dataplane_reaction over run["events"]):
+      ``failover_ms`` = the largest fault -> mask write; ``notice_ms`` = the largest
+      notice send -> upstream map write (None: no notices).
+    Plus ``flows_on_failed``, ``loss_on_failed``, ``loss_elsewhere`` and
+    ``timing_unknown`` (flows whose network-side figures are unknown)."""
     flows = run.get("flows", [])
     if not run.get("events") or not any("on_failed_element" in f for f in flows):
         return {}
+    starts = _event_starts(run)
     hit = [f for f in flows if f.get("on_failed_element")]
     rest = [f for f in flows if not f.get("on_failed_element")]
-    gaps = [float(f.get("max_gap_us") or 0) for f in hit]
+    hit_t = [flow_outage(f, starts) for f in hit]
+    rest_t = [flow_outage(f, starts) for f in rest]
+    events = run.get("events") or []
+    fail = [e["failover_us"] for e in events if e.get("failover_us") is not None]
+    notice = [e["notice_us"] for e in events if e.get("notice_us") is not None]
+    gaps = lambda ts: max((t["host_gap_ms"] for t in ts if t["host_gap_ms"] is not None), default=None)  # noqa: E731
     return {
         "flows_on_failed": len(hit),
         "loss_on_failed": _sum(hit, "lost"),
         "loss_elsewhere": _sum(rest, "lost"),
-        "recovery_ms": max(gaps) / 1000 if gaps else None,
+        "outage_ms": _max_known([t["outage_ms"] for t in hit_t]),
+        "recovery_ms": _max_known([t["recovery_ms"] for t in hit_t]),
+        "outage_elsewhere_ms": _max_known([t["outage_ms"] for t in rest_t]),
+        "host_gap_on_failed_ms": gaps(hit_t),
+        "host_gap_elsewhere_ms": gaps(rest_t),
+        "failover_ms": max(fail) / 1000 if fail else None,
+        "notice_ms": max(notice) / 1000 if notice else None,
+        "timing_unknown": sum(1 for t in hit_t + rest_t if t["outage_ms"] is None),
     }
 
 
