@@ -344,16 +344,22 @@ def latency_metrics(flows: list[dict]) -> dict:
             "latency_max_us": max(s["max"] for s in stats) / 1000}
 
 
-def _event_starts(run: dict) -> list[int]:
-    """CLOCK_MONOTONIC ns of the run's fired fault events (those that recorded it), in order."""
-    return sorted(int(e["t_ns"]) for e in run.get("events") or [] if e.get("t_ns"))
+def fault_starts(run: dict) -> list[int]:
+    """CLOCK_MONOTONIC ns at which the run's faults began: events scheduled for the same
+    time (several links cut at once) are one fault, starting with the first of them."""
+    first: dict = {}
+    for e in run.get("events") or []:
+        if e.get("t_ns"):
+            key = e.get("at", e["t_ns"])
+            first[key] = min(first.get(key, e["t_ns"]), int(e["t_ns"]))
+    return sorted(first.values())
 
 
 def flow_outage(flow: dict, starts: list[int] | None = None) -> dict:
     """A flow's network-side figures (ms; None = unknown) and its host-side gap:
     {outage_ms, recovery_ms, host_gap_ms, note}. With fault event times (`starts`) its
-    loss windows are split into episodes, one per event (a window belongs to the last
-    event that fired before it ended), and outage / recovery are the largest episode's
+    loss windows are split into episodes, one per fault (a window belongs to the last
+    fault that began before it ended; fault_starts), and outage / recovery are the largest episode's
     (a link-down and its repair a second later are two outages, not one of a second).
     0 for a flow that lost nothing; None when lost packets have no usable timing."""
     gap = flow.get("max_gap_us")
@@ -417,14 +423,14 @@ def dataplane_reaction(fired: list[dict], log: list[dict], until_ns: int | None 
             kind = e.get("event")
             if kind in ("port_down", "port_up"):
                 t_map, t_rx = int(e["t_map_ns"]), int(e.get("t_rx_ns") or 0)
-                local.append({"event": kind, "switch": e.get("switch"), "port": e.get("port"),
+                local.append({"event": kind, "switch": e.get("switch"), "port": e.get("port"), "t_map_ns": t_map,
                               "fault_to_mask_us": (t_map - t) / 1000,
                               "netlink_to_mask_us": (t_map - t_rx) / 1000 if 0 < t_rx < t_map else None})
             elif kind in ("withdraw_received", "restore_received"):
                 tx = sent.get((e.get("from"), e.get("seq")))
                 t_tx = int(tx.get("t_tx_ns") or tx.get("t_ns") or 0) if tx else 0
                 remote.append({"event": kind, "switch": e.get("switch"), "from": e.get("from"),
-                               "prefix": e.get("prefix"),
+                               "prefix": e.get("prefix"), "t_map_ns": int(e["t_map_ns"]),
                                "send_to_map_us": (int(e["t_map_ns"]) - t_tx) / 1000 if t_tx else None,
                                "rx_to_map_us": (int(e["t_map_ns"]) - int(e["t_rx_ns"])) / 1000})
         fail = [x["fault_to_mask_us"] for x in local if x["event"] == "port_down"] or \
@@ -453,7 +459,7 @@ def fault_metrics(run: dict) -> dict:
     flows = run.get("flows", [])
     if not run.get("events") or not any("on_failed_element" in f for f in flows):
         return {}
-    starts = _event_starts(run)
+    starts = fault_starts(run)
     hit = [f for f in flows if f.get("on_failed_element")]
     rest = [f for f in flows if not f.get("on_failed_element")]
     hit_t = [flow_outage(f, starts) for f in hit]

@@ -288,3 +288,9 @@ def test_dataplane_reaction_from_the_agent_log():
     assert up["notice_us"] is None
     met = m.run_metrics(fault_run([timed(1, True)], events=[down, up]))
     assert met["failover_ms"] == pytest.approx(9.0) and met["notice_ms"] == pytest.approx(0.1)
+
+
+def test_links_cut_at_the_same_time_are_one_fault():
+    events = [{"t": 1.0, "at": 1.0, "what": f"link-down spine1:down{i}", "t_ns": T_DOWN + i * MS} for i in range(4)]
+    f = timed(1, True, [(T_DOWN + 500_000, T_DOWN + 600_000, 1), (T_DOWN + 3_500_000, T_DOWN + 3_800_000, 3)])
+    assert m.flow_outage(f, m.fault_starts({"events": events}))["outage_ms"] == pytest.approx(3.3)
