@@ -189,6 +189,9 @@ def build_fault_table(results, title: str | None = None) -> Table | None:
         if met.get("timing_unknown"):
             cells[3] += f" ({met['timing_unknown']} unknown)"
         table.add_row(name, *cells)
+        if met.get("receiver_drops"):
+            table.caption += (f"\n{name}: the receivers' sockets dropped {met['receiver_drops']:,} frames; "
+                              "they look lost to the send-time figures too")
     return table
 
 

@@ -294,3 +294,10 @@ def test_links_cut_at_the_same_time_are_one_fault():
     events = [{"t": 1.0, "at": 1.0, "what": f"link-down spine1:down{i}", "t_ns": T_DOWN + i * MS} for i in range(4)]
     f = timed(1, True, [(T_DOWN + 500_000, T_DOWN + 600_000, 1), (T_DOWN + 3_500_000, T_DOWN + 3_800_000, 3)])
     assert m.flow_outage(f, m.fault_starts({"events": events}))["outage_ms"] == pytest.approx(3.3)
+
+
+def test_fault_table_says_when_receivers_dropped_frames():
+    run = fault_run([timed(1, True, [(T_DOWN, T_DOWN + MS, 2)])])
+    run["receiver_drops"] = 2
+    text = table.render_text(run, title="t", width=400)
+    assert "ecmp: the receivers' sockets dropped 2 frames" in text
