@@ -445,7 +445,9 @@ def _fault_label(label: str, run: dict) -> str:
         return label
     ms = lambda v: fmt_us(v * 1000 if v is not None else None)  # noqa: E731
     text = (f"{label}: outage {ms(f['outage_ms'])}, recovery {ms(f['recovery_ms'])} (net); "
-            f"host gap {ms(f['host_gap_on_failed_ms'])} vs {ms(f['host_gap_elsewhere_ms'])} others")
+            f"host gap {ms(f['host_gap_on_failed_ms'])}")
+    if f["host_gap_elsewhere_ms"] is not None:
+        text += f" vs {ms(f['host_gap_elsewhere_ms'])} others"
     if f["failover_ms"] is not None:
         text += f"; failover {ms(f['failover_ms'])}"
     if f["notice_ms"] is not None:
