@@ -396,8 +396,10 @@ def _max_known(values: list) -> float | None:
 
 def dataplane_reaction(fired: list[dict], log: list[dict], until_ns: int | None = None) -> list[dict]:
     """Each fired fault event with the data plane's reaction, from the agent's event log
-    (faults.events): the agent's entries between this event's t_ns and the next event's
-    (or until_ns) are its reaction.
+    (faults.events). An entry belongs to the last event fired before it that names its
+    port ("switch:port" in the event's text: link faults name both ends), else to the
+    last event fired before it (switch and plane faults; notices); entries after
+    until_ns are left out.
       local:  per port_down/port_up: fault_to_mask_us = mask written (t_map_ns) - fault
               issued (t_ns, just before the carrier change); netlink_to_mask_us = mask
               written - netlink told the agent (None for a repair's port_up: the agent
@@ -409,36 +411,57 @@ def dataplane_reaction(fired: list[dict], log: list[dict], until_ns: int | None 
     def when(e: dict) -> int:
         return max(int(e.get(k) or 0) for k in ("t_ns", "t_map_ns", "t_rx_ns"))
 
+    def owner(e: dict) -> int | None:
+        before = [i for i, ev in enumerate(fired) if ev.get("t_ns") and int(ev["t_ns"]) <= when(e)]
+        port = f"{e.get('switch')}:{e.get('port')}"
+        named = [i for i in before if port in str(fired[i].get("what", "")).split()]
+        return (named or before or [None])[-1]
+
     sent = {(e.get("switch"), e.get("seq")): e for e in log if str(e.get("event", "")).endswith("_sent")}
+    local: dict[int, list] = {}
+    remote: dict[int, list] = {}
+    for e in log:
+        kind, i = e.get("event"), owner(e)
+        if i is None or (until_ns is not None and when(e) >= until_ns):
+            continue
+        if kind in ("port_down", "port_up"):
+            t_map, t_rx = int(e["t_map_ns"]), int(e.get("t_rx_ns") or 0)
+            local.setdefault(i, []).append({
+                "event": kind, "switch": e.get("switch"), "port": e.get("port"), "t_map_ns": t_map,
+                "fault_to_mask_us": (t_map - int(fired[i]["t_ns"])) / 1000,
+                "netlink_to_mask_us": (t_map - t_rx) / 1000 if 0 < t_rx < t_map else None})
+        elif kind in ("withdraw_received", "restore_received"):
+            tx = sent.get((e.get("from"), e.get("seq")))
+            t_tx = int(tx.get("t_tx_ns") or tx.get("t_ns") or 0) if tx else 0
+            remote.setdefault(i, []).append({
+                "event": kind, "switch": e.get("switch"), "from": e.get("from"), "prefix": e.get("prefix"),
+                "t_map_ns": int(e["t_map_ns"]),
+                "send_to_map_us": (int(e["t_map_ns"]) - t_tx) / 1000 if t_tx else None,
+                "rx_to_map_us": (int(e["t_map_ns"]) - int(e["t_rx_ns"])) / 1000})
     out = []
     for i, ev in enumerate(fired):
-        t = ev.get("t_ns")
-        if not t:
+        if not ev.get("t_ns"):
             out.append(dict(ev))
             continue
-        nxt = next((int(f["t_ns"]) for f in fired[i + 1:] if f.get("t_ns")), until_ns)
-        mine = [e for e in log if when(e) >= t and (nxt is None or when(e) < nxt)]
-        local, remote = [], []
-        for e in mine:
-            kind = e.get("event")
-            if kind in ("port_down", "port_up"):
-                t_map, t_rx = int(e["t_map_ns"]), int(e.get("t_rx_ns") or 0)
-                local.append({"event": kind, "switch": e.get("switch"), "port": e.get("port"), "t_map_ns": t_map,
-                              "fault_to_mask_us": (t_map - t) / 1000,
-                              "netlink_to_mask_us": (t_map - t_rx) / 1000 if 0 < t_rx < t_map else None})
-            elif kind in ("withdraw_received", "restore_received"):
-                tx = sent.get((e.get("from"), e.get("seq")))
-                t_tx = int(tx.get("t_tx_ns") or tx.get("t_ns") or 0) if tx else 0
-                remote.append({"event": kind, "switch": e.get("switch"), "from": e.get("from"),
-                               "prefix": e.get("prefix"), "t_map_ns": int(e["t_map_ns"]),
-                               "send_to_map_us": (int(e["t_map_ns"]) - t_tx) / 1000 if t_tx else None,
-                               "rx_to_map_us": (int(e["t_map_ns"]) - int(e["t_rx_ns"])) / 1000})
-        fail = [x["fault_to_mask_us"] for x in local if x["event"] == "port_down"] or \
-            [x["fault_to_mask_us"] for x in local]
-        notice = [x["send_to_map_us"] for x in remote if x["send_to_map_us"] is not None]
-        out.append({**ev, "local": local, "remote": remote,
+        mine, notes = local.get(i, []), remote.get(i, [])
+        fail = [x["fault_to_mask_us"] for x in mine if x["event"] == "port_down"] or \
+            [x["fault_to_mask_us"] for x in mine]
+        notice = [x["send_to_map_us"] for x in notes if x["send_to_map_us"] is not None]
+        out.append({**ev, "local": mine, "remote": notes,
                     "failover_us": max(fail) if fail else None, "notice_us": max(notice) if notice else None})
     return out
+
+
+def fault_lateness_s(run: dict) -> tuple[float | None, bool]:
+    """How late the run's faults were made, at worst: issue time (t_ns - t0_ns) minus the
+    scheduled `at`, in seconds (a starved runner fires late; None when not recorded),
+    and whether any was made after the senders had stopped (duration_s)."""
+    t0 = run.get("t0_ns")
+    made = [((int(e["t_ns"]) - int(t0)) / 1e9, float(e["at"])) for e in run.get("events") or []
+            if t0 and e.get("t_ns") and e.get("at") is not None]
+    if not made:
+        return None, False
+    return max(t - at for t, at in made), any(t >= duration(run) for t, _ in made)
 
 
 def fault_metrics(run: dict) -> dict:

@@ -51,6 +51,7 @@ FAULT_CAPTION = (
     "host gap: longest pause between deliveries at the receivers (includes host scheduling); "
     "failover: fault -> agent's mask write; notice: notice sent -> upstream map write; "
     "- = unknown or none")
+LATE_S = 0.1      # faults made later than this after their scheduled time are pointed out
 
 
 def fmt_count(n: float | None) -> str:
@@ -176,7 +177,7 @@ def build_fault_table(results, title: str | None = None) -> Table | None:
             met = m.run_metrics(run)
             if "flows_on_failed" in met:
                 name = label if len(runs) == 1 else f"{label} #{i + 1}"
-                rows.append((name, met))
+                rows.append((name, met, run))
     if not rows:
         return None
     table = Table(title=f"{title or m.results_title(results)}: faults", title_justify="left",
@@ -184,11 +185,16 @@ def build_fault_table(results, title: str | None = None) -> Table | None:
     table.add_column("mode", justify="left", no_wrap=True)
     for _, header, _ in FAULT_COLUMNS:
         table.add_column(header, justify="right")
-    for name, met in rows:
+    for name, met, run in rows:
         cells = [fmt_value(kind, met.get(key)) for key, _, kind in FAULT_COLUMNS]
         if met.get("timing_unknown"):
             cells[3] += f" ({met['timing_unknown']} unknown)"
         table.add_row(name, *cells)
+        late, after_end = m.fault_lateness_s(run)
+        if late is not None and late > LATE_S:
+            table.caption += f"\n{name}: faults made up to {late:.2f} s after their scheduled time"
+            if after_end:
+                table.caption += " (some after the senders had stopped: they could not lose anything)"
         if met.get("receiver_drops"):
             table.caption += (f"\n{name}: the receivers' sockets dropped {met['receiver_drops']:,} frames; "
                               "they look lost to the send-time figures too")

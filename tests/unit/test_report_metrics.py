@@ -301,3 +301,31 @@ def test_fault_table_says_when_receivers_dropped_frames():
     run["receiver_drops"] = 2
     text = table.render_text(run, title="t", width=400)
     assert "ecmp: the receivers' sockets dropped 2 frames" in text
+
+
+def test_a_port_event_belongs_to_the_fault_that_named_its_port():
+    """Four links cut one after the other: the agent, late, handles the first link's
+    ports after the last cut; they are still the first cut's reaction."""
+    fired = [{"t": 1.0, "at": 1.0, "what": f"link-down spine1:down{i} leaf1:up{i}", "t_ns": T_DOWN + i * MS}
+             for i in (1, 2)]
+    log = [{"event": "port_down", "switch": "spine1", "port": "down2", "t_rx_ns": T_DOWN + 2 * MS + 10,
+            "t_map_ns": T_DOWN + 2 * MS + 20},
+           {"event": "port_down", "switch": "spine1", "port": "down1", "t_rx_ns": T_DOWN + 3 * MS,
+            "t_map_ns": T_DOWN + 3 * MS + 50_000},
+           {"event": "host_learned", "switch": "leaf1", "t_ns": T_DOWN + 99 * MS}]
+    one, two = m.dataplane_reaction(fired, log, until_ns=T_DOWN + 50 * MS)
+    assert [x["port"] for x in one["local"]] == ["down1"] and one["failover_us"] == pytest.approx(2050)
+    assert [x["port"] for x in two["local"]] == ["down2"] and two["failover_us"] == pytest.approx(0.02)
+
+
+def test_fault_table_says_when_faults_came_late():
+    t0 = T_DOWN - 1_000 * MS
+    run = fault_run([timed(1, True)], events=[
+        {"t": 1.3, "at": 1.0, "what": "link-down a b", "t_ns": t0 + 1_250 * MS},
+        {"t": 2.3, "at": 1.8, "what": "link-up a b", "t_ns": t0 + 2_300 * MS}])
+    run["t0_ns"] = t0
+    assert m.fault_lateness_s(run) == (pytest.approx(0.5), True)
+    text = table.render_text(run, title="t", width=400)
+    assert "ecmp: faults made up to 0.50 s after their scheduled time (some after the senders" in text
+    run["events"][1]["t_ns"] = t0 + 1_850 * MS
+    assert "after the senders" not in table.render_text(run, title="t", width=400)
