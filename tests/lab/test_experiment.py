@@ -157,9 +157,11 @@ def test_scheduled_link_failure_is_reported_per_flow(tmp_path, experiment):
     assert all(e["local"] and e["failover_us"] > 0 for e in down)
     if experiment == "link-failure-spine.yml":
         assert ecmp["notice_ms"] is not None and ecmp["notice_ms"] > 0
-    # Network-side figures from send times: every loss window lies between a fault and
-    # the data plane's last map write for it (plus packets already on their way), however
-    # late the hosts ran; flows that lost nothing report 0.
+    # Network-side figures from send times: every loss window overlaps a fault's reaction
+    # (from the fault to the data plane's last map write for it, give or take packets
+    # already on their way), however late the receivers ran; flows that lost nothing
+    # report 0. A window's lost packets were sent after the delivered packet before them
+    # (start - one interpolated interval) and before `end`.
     for mode in results["modes"].values():
         run = mode["runs"][0]
         reaction: dict[float, list[int]] = {}
@@ -174,8 +176,9 @@ def test_scheduled_link_failure_is_reported_per_flow(tmp_path, experiment):
                 continue
             assert flow["on_failed_element"] and flow["timing_note"] is None, flow
             assert 0 < flow["recovery_us"] <= flow["outage_us"]
-            for start, end, _n in flow["loss_windows_ns"]:
-                assert any(a - slack <= start and end <= b + slack for a, b in reaction.values()), \
+            for start, end, n in flow["loss_windows_ns"]:
+                before = start - (end - start) / n
+                assert any(before <= b + slack and end >= a - slack for a, b in reaction.values()), \
                     (flow["flow_id"], start, end, reaction)
 
 
