@@ -188,7 +188,7 @@ def build_fault_table(results, title: str | None = None) -> Table | None:
     for name, met, run in rows:
         cells = [fmt_value(kind, met.get(key)) for key, _, kind in FAULT_COLUMNS]
         if met.get("timing_unknown"):
-            cells[3] += f" ({met['timing_unknown']} unknown)"
+            cells[[k for k, _, _ in FAULT_COLUMNS].index("outage_ms")] += f" ({met['timing_unknown']} unknown)"
         table.add_row(name, *cells)
         late, after_end = m.fault_lateness_s(run)
         if late is not None and late > LATE_S:
