@@ -364,6 +364,7 @@ class FabricMonitor:
             self.seq[node.name] += 1
             msg = Notice(typ, reason, self.seq[node.name], node.switch_id,
                          self._nexthop_id(node, gid) if gid else 0, prefix, hold_ms, metric, port)
+            t_tx = time.monotonic_ns()       # the notice's send time (reaction timing)
             try:
                 sock.sendto(msg.pack(), (peer.address.split("/")[0], ARN_PORT))
             except OSError as err:
@@ -374,7 +375,7 @@ class FabricMonitor:
             kind = "arn" if reason in (R_UTIL, R_QUEUE) else "notify"
             self.counters[node.name][f"{kind}_sent"] += 1
             self.events.append({"event": f"{TYPES[typ]}_sent", "switch": node.name, "to": nbr.name,
-                                "t_ns": time.monotonic_ns(), **msg.describe()})
+                                "t_tx_ns": t_tx, "t_ns": time.monotonic_ns(), **msg.describe()})
         return sent
 
     # ------------------------------------------------------------ receiving

@@ -51,7 +51,8 @@ def run(args) -> int:
     table = session.table
 
     console = Console(width=None if sys.stdout.isatty() else 160)
-    console.print(table.build_table(session.report_view(results), title=results["experiment"]))
+    for one in table.tables(session.report_view(results), title=results["experiment"]):
+        console.print(one)
     console.print(f"results: {folder}/results.json")
     for plot in results.get("plots", []):
         console.print(f"plot: {plot}")

@@ -23,6 +23,7 @@ from dataplane.agent.protocol import CounterSnapshot
 from dataplane.experiment.spec import Experiment, ModeSpec
 from dataplane.lb import Fabric
 from dataplane.pathtrace import FlowKey, path_links, touches
+from dataplane.report import metrics
 from dataplane.runtime.labspec import LabSpec
 from dataplane.topology.model import TIER
 from dataplane.traffic import workload as wl
@@ -214,9 +215,10 @@ class _RunClock(threading.Thread):
             while self.pending and self.pending[0][0] <= now:
                 at, event = self.pending.pop(0)
                 try:
-                    faults.apply(self.spec.name, event)
+                    done = faults.apply(self.spec.name, event)
                     what = " ".join(str(v) for k, v in event.items() if k not in ("at", "for"))
-                    self.fired.append({"t": time.monotonic() - self.t0, "at": at, "what": what})
+                    self.fired.append({"t": time.monotonic() - self.t0, "at": at, "what": what,
+                                       "t_ns": done.get("t_ns")})
                 except Exception as err:  # reported with the run, not fatal to it
                     self.error = f"event {event}: {err}"
             if now >= next_sample:
@@ -242,6 +244,18 @@ def _on_failed(spec: LabSpec, path: dict, events: list[dict]) -> bool:
     links = path_links(spec, FlowKey(**path["key"]), path)
     return any(touches(spec, links, e) for e in events
                if e["fault"] in ("link-down", "switch-down", "plane-down", "degrade"))
+
+
+def _with_reaction(spec: LabSpec, fired: list[dict], scheduled: list[dict], since_ns: int) -> list[dict]:
+    """The fired events, each with the data plane's reaction from the agent's log
+    (metrics.dataplane_reaction); as fired when the log cannot be read."""
+    if not scheduled:
+        return fired
+    try:
+        until = time.monotonic_ns()
+        return metrics.dataplane_reaction(fired, faults.events(spec.name, since_ns), until)
+    except Exception as err:  # the run's traffic figures stand without it
+        return [{**e, "reaction_error": str(err)} for e in fired]
 
 
 def pxn_relay(spec: LabSpec, flows: list[wl.Flow]) -> list[wl.Flow]:
@@ -321,6 +335,7 @@ def run_once(spec: LabSpec, experiment: Experiment, flows: list[wl.Flow], label:
         time.sleep(RECEIVER_GRACE_S)
         clock.stop.set()
         clock.join()
+        events = _with_reaction(spec, clock.fired, experiment.events, int(started * 1e9))
         flow_stats: dict[str, dict] = {}
         receiver_drops = 0
         for host in receivers:
@@ -371,6 +386,7 @@ def run_once(spec: LabSpec, experiment: Experiment, flows: list[wl.Flow], label:
         # frames the receivers' sockets overflowed on: in `lost`, but not the fabric's doing
         "receiver_drops": receiver_drops,
         "timeline": clock.timeline,
-        "events": clock.fired,
+        "t0_ns": int(started * 1e9),         # CLOCK_MONOTONIC of t = 0 (send times are on it)
+        "events": events,
         **({"event_error": clock.error} if clock.error else {}),
     }

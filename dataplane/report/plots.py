@@ -7,7 +7,9 @@ paths:
   fct-cdf.png          message completion time CDF per mode (log x) and its tail
   reorder.png          reorder-distance histogram per mode
   fabric-<mode>.png    the fabric, tiers as rows, links coloured by utilisation
-  timeline.png         delivered throughput over time with events (when recorded)
+  timeline.png         delivered throughput over time with events (when recorded); for
+                       fault runs each mode's legend entry carries its fault figures and
+                       ticks mark the send times of its lost packets
   idle-sweep.png       idle uplinks over a seed sweep vs uniform random hashing
 `results` is what metrics.group_runs accepts (list of RUNs, {mode: RUN | [RUN]}, or an
 experiment dict with "runs"/"sweep"). A mode with several runs is drawn from their mean
@@ -436,6 +438,34 @@ def _min_gap(pos: dict[str, tuple[float, float]]) -> float:
 
 # --------------------------------------------------------------------------- (e) timeline
 
+def _fault_label(label: str, run: dict) -> str:
+    """The mode's legend entry with its fault figures (metrics.fault_metrics), if any."""
+    f = m.fault_metrics(run)
+    if not f:
+        return label
+    ms = lambda v: fmt_us(v * 1000 if v is not None else None)  # noqa: E731
+    text = (f"{label}: outage {ms(f['outage_ms'])}, recovery {ms(f['recovery_ms'])} (net); "
+            f"host gap {ms(f['host_gap_on_failed_ms'])}")
+    if f["host_gap_elsewhere_ms"] is not None:
+        text += f" vs {ms(f['host_gap_elsewhere_ms'])} others"
+    if f["failover_ms"] is not None:
+        text += f"; failover {ms(f['failover_ms'])}"
+    if f["notice_ms"] is not None:
+        text += f", notice {ms(f['notice_ms'])}"
+    return text
+
+
+def _loss_rug(ax, run: dict, colour: str, row: int) -> None:
+    """Ticks under the curve where the run's flows lost packets (loss windows by send
+    time, on the timeline's clock: run["t0_ns"])."""
+    t0 = run.get("t0_ns")
+    if not t0:
+        return
+    xs = [(w[0] - t0) / 1e9 for f in run.get("flows", []) for w in f.get("loss_windows_ns") or []]
+    if xs:
+        y = 0.02 + 0.03 * row
+        ax.plot(xs, [y] * len(xs), "|", color=colour, markersize=10, transform=ax.get_xaxis_transform())
+
 def plot_timeline(results, path) -> Path | None:
     """Delivered throughput over time per mode (first run of each), events as vertical
     lines; None when no run has a timeline."""
@@ -452,7 +482,8 @@ def plot_timeline(results, path) -> Path | None:
         colour = _colour(i)
         pts = sorted(run["timeline"], key=lambda p: p["t"])
         ax.plot([p["t"] for p in pts], [float(p.get("bps") or 0) / div for p in pts], color=colour,
-                linewidth=1.8, label=label, drawstyle="steps-mid" if len(pts) < 40 else "default")
+                linewidth=1.8, label=_fault_label(label, run), drawstyle="steps-mid" if len(pts) < 40 else "default")
+        _loss_rug(ax, run, colour, i)
         for ev in run.get("events") or []:
             events.setdefault((float(ev["t"]), str(ev.get("what", "event"))), []).append(i)
     # an event every mode had is drawn once, in black; others in their mode's colour
@@ -472,7 +503,7 @@ def plot_timeline(results, path) -> Path | None:
     ax.set_ylabel(f"delivered throughput ({unit})")
     ax.grid(alpha=0.3)
     ax.legend(loc="lower right", fontsize=9)
-    fig.suptitle("Delivered throughput over time (dashed: events)" + (f" — {note}" if note else ""),
+    fig.suptitle("Delivered throughput over time (dashed: events; ticks: lost packets' send times)" + (f" — {note}" if note else ""),
                  fontsize=12, fontweight="bold")
     return _save(fig, path)
 

@@ -31,6 +31,27 @@ COLUMNS = (
 )
 
 
+# The fault table (runs with fault events): (metric key, header, kind); "ms" values are
+# shown through fmt_us. Definitions: metrics.fault_metrics.
+FAULT_COLUMNS = (
+    ("flows_on_failed", "flows on\nfailed", "count"),
+    ("loss_on_failed", "lost\nthere", "count"),
+    ("loss_elsewhere", "lost\nelsewhere", "count"),
+    ("outage_ms", "outage\n(net)", "ms"),
+    ("recovery_ms", "recovery\n(net)", "ms"),
+    ("outage_elsewhere_ms", "outage\nelsewhere", "ms"),
+    ("host_gap_on_failed_ms", "host gap\naffected", "ms"),
+    ("host_gap_elsewhere_ms", "host gap\nothers", "ms"),
+    ("failover_ms", "failover\n(agent)", "ms"),
+    ("notice_ms", "notice\n(agent)", "ms"),
+)
+FAULT_CAPTION = (
+    "net: from the packets' send times -- outage = lost packets' send-time span + 1 packet "
+    "interval, recovery = first lost -> next delivered (per fault event, worst flow); "
+    "host gap: longest pause between deliveries at the receivers (includes host scheduling); "
+    "failover: fault -> agent's mask write; notice: notice sent -> upstream map write; "
+    "- = unknown or none")
+LATE_S = 0.1      # faults made later than this after their scheduled time are pointed out
 
 
 def fmt_count(n: float | None) -> str:
@@ -48,6 +69,8 @@ def fmt_value(kind: str, value: float | None) -> str:
         return fmt_bps(value)
     if kind == "us":
         return fmt_us(value)
+    if kind == "ms":
+        return fmt_us(value * 1000)
     if kind == "pct":
         return f"{value:.2f} %" if value < 10 else f"{value:.1f} %"
     if kind == "ratio":
@@ -146,16 +169,56 @@ def build_table(results, title: str | None = None) -> Table:
     return table
 
 
+def build_fault_table(results, title: str | None = None) -> Table | None:
+    """One row per run with fault events (FAULT_COLUMNS); None when no run had any."""
+    rows = []
+    for label, runs in m.group_runs(results).items():
+        for i, run in enumerate(runs):
+            met = m.run_metrics(run)
+            if "flows_on_failed" in met:
+                name = label if len(runs) == 1 else f"{label} #{i + 1}"
+                rows.append((name, met, run))
+    if not rows:
+        return None
+    table = Table(title=f"{title or m.results_title(results)}: faults", title_justify="left",
+                  caption_justify="left", caption=FAULT_CAPTION)
+    table.add_column("mode", justify="left", no_wrap=True)
+    for _, header, _ in FAULT_COLUMNS:
+        table.add_column(header, justify="right")
+    for name, met, run in rows:
+        cells = [fmt_value(kind, met.get(key)) for key, _, kind in FAULT_COLUMNS]
+        if met.get("timing_unknown"):
+            cells[[k for k, _, _ in FAULT_COLUMNS].index("outage_ms")] += f" ({met['timing_unknown']} unknown)"
+        table.add_row(name, *cells)
+        late, after_end = m.fault_lateness_s(run)
+        if late is not None and late > LATE_S:
+            table.caption += f"\n{name}: faults made up to {late:.2f} s after their scheduled time"
+            if after_end:
+                table.caption += " (some after the senders had stopped: they could not lose anything)"
+        if met.get("receiver_drops"):
+            table.caption += (f"\n{name}: the receivers' sockets dropped {met['receiver_drops']:,} frames; "
+                              "they look lost to the send-time figures too")
+    return table
+
+
+def tables(results, title: str | None = None) -> list[Table]:
+    """Every table of an experiment: the comparison, then the fault table if any."""
+    fault = build_fault_table(results, title)
+    return [build_table(results, title)] + ([fault] if fault is not None else [])
+
+
 def render_text(results, title: str | None = None, width: int = 200) -> str:
-    """The table as plain text (no colours, no terminal needed), for logs and files."""
+    """The tables as plain text (no colours, no terminal needed), for logs and files."""
     buf = io.StringIO()
     console = Console(file=buf, width=width, color_system=None, force_terminal=False,
                       legacy_windows=False)
-    console.print(build_table(results, title))
+    for one in tables(results, title):
+        console.print(one)
     return buf.getvalue()
 
 
 def print_results(results, title: str | None = None, console: Console | None = None) -> None:
     """Print the table to a terminal (rich colours) or plain text when not a TTY."""
     console = console or Console()
-    console.print(build_table(results, title))
+    for one in tables(results, title):
+        console.print(one)

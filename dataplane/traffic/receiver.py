@@ -18,6 +18,20 @@ Accounting (FlowStats, per railab flow id) -- definitions, exact on crafted inpu
     its msg_pkts packets received, in any order) - msg_start_ns (send time of its first
     packet).
   * ce = packets received with IP ECN = CE (11).
+  * host-side gap: max_gap_ns = the longest pause between two deliveries (receive
+    times). It includes whatever the hosts added (a sender or receiver waiting for a
+    CPU), so it is not the network's recovery time.
+  * network-side timing, from the packets' own send times (railab header ts_ns, kept
+    per position received) and which positions never arrived -- immune to when the
+    receiver ran (see loss_timing): a *loss window* is a run of consecutive lost
+    positions s..e; its start is the estimated send time of s (send time of s-1 plus
+    one packet interval, the interval interpolated between s-1 and e+1) and its end the
+    send time of e+1 (the first packet delivered after it). outage = end of the last
+    window - start of the first (the span of the lost packets' send times plus one
+    packet interval); recovery = end of the first window - its start. 0 when nothing
+    was lost; None ("unknown", with timing_note saying why) when no packet arrived, a
+    send timestamp is missing or goes backwards, or a loss has no delivered packet
+    before it (flow start) or after it (not recovered by the end).
 
 Responder (what a receiving RoCE NIC answers), documented choices:
   * CNP (opcode 0x81, BECN set, dest QP = the sender's QP taken from the railab header)
@@ -82,7 +96,9 @@ class FlowStats:
     latencies_ns: list[int] = field(default_factory=list)
     completions_ns: dict[int, int] = field(default_factory=dict)   # msg_id -> completion
     msgs_incomplete: int = 0      # set by finish()
-    max_gap_ns: int = 0           # longest pause between deliveries (fault recovery time)
+    max_gap_ns: int = 0           # host side: longest pause between deliveries (receive times)
+    send_ns: dict[int, int] = field(default_factory=dict)   # position -> railab send time
+    timing: dict = field(default_factory=dict)              # set by finish(): loss_timing()
     # internal state
     init_psn: int | None = None
     highest: int = -1
@@ -134,7 +150,70 @@ class FlowStats:
             "messages_incomplete": self.msgs_incomplete,
             "completion_ns": self.completion_summary(),
             "max_gap_us": self.max_gap_ns / 1000,
+            **timing_dict(self.timing),
         }
+
+
+MAX_WINDOWS = 256       # loss windows kept per flow (the figures use all of them)
+
+
+def _unknown(note: str) -> dict:
+    return {"outage_ns": None, "recovery_ns": None, "windows": [], "note": note}
+
+
+def loss_timing(send_ns: dict[int, int], lost) -> dict:
+    """Outage and recovery of one flow from send times (module doc, "network-side").
+
+    send_ns: position -> railab send timestamp of every position delivered; lost: the
+    positions never delivered. Returns {outage_ns, recovery_ns, windows, note}: windows
+    = [[start_ns, end_ns, lost packets], ...] (at most MAX_WINDOWS, the first ones;
+    "truncated" is set when there were more); outage/recovery None with a note when
+    they cannot be known."""
+    lost = sorted(set(lost))
+    if not send_ns:
+        return _unknown("no packet received")
+    if not lost:
+        return {"outage_ns": 0, "recovery_ns": 0, "windows": [], "note": None}
+    prev = None
+    for pos in sorted(send_ns):
+        ts = send_ns[pos]
+        if ts <= 0:
+            return _unknown("a send timestamp is missing")
+        if prev is not None and ts < prev:
+            return _unknown("send clock went backwards")
+        prev = ts
+    windows: list[list[int]] = []
+    i = 0
+    while i < len(lost):
+        j = i
+        while j + 1 < len(lost) and lost[j + 1] == lost[j] + 1:
+            j += 1
+        before, after = lost[i] - 1, lost[j] + 1
+        if before not in send_ns:
+            return _unknown("lost before the first packet received (start unknown)")
+        if after not in send_ns:
+            return _unknown("lost until the end (no packet delivered after the loss)")
+        t0, t1 = send_ns[before], send_ns[after]
+        if t1 <= t0:
+            return _unknown("send timestamps do not advance across a loss")
+        step = (t1 - t0) / (after - before)
+        windows.append([int(round(t0 + step)), t1, after - before - 1])
+        i = j + 1
+    out = {"outage_ns": windows[-1][1] - windows[0][0], "recovery_ns": windows[0][1] - windows[0][0],
+           "windows": windows[:MAX_WINDOWS], "note": None}
+    if len(windows) > MAX_WINDOWS:
+        out["truncated"] = True
+    return out
+
+
+def timing_dict(timing: dict) -> dict:
+    """loss_timing() as a flow record carries it (µs; None = unknown)."""
+    if not timing:
+        return {}
+    us = lambda ns: None if ns is None else ns / 1000   # noqa: E731
+    return {"outage_us": us(timing["outage_ns"]), "recovery_us": us(timing["recovery_ns"]),
+            "loss_windows_ns": timing["windows"], "timing_note": timing["note"],
+            **({"loss_windows_truncated": True} if timing.get("truncated") else {})}
 
 
 class Receiver:
@@ -191,6 +270,7 @@ class Receiver:
                 st.max_gap_ns = rx_ns - st.last_rx_ns
             st.last_rx_ns = rx_ns
         st.latencies_ns.append(rx_ns - h.ts_ns)
+        st.send_ns[pos] = h.ts_ns
         got = st._msg_got.get(h.msg_id, 0) + 1
         if got >= h.msg_pkts:
             st._msg_got.pop(h.msg_id, None)
@@ -210,6 +290,8 @@ class Receiver:
         for st in self.flows.values():
             tail = max(0, sent_packets.get(st.flow_id, st.expected) - st.expected)
             st.lost = len(st.holes) + tail
+            lost = sorted(st.holes) + list(range(st.expected, st.expected + tail))
+            st.timing = loss_timing(st.send_ns, lost)
             st.msgs_incomplete = len(st._msg_got)
             st.finished = True
         return self.flows

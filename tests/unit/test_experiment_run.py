@@ -120,3 +120,39 @@ def test_timeline_counts_what_left_the_ports_not_what_filled_their_queues():
     most = capacity * len(fabric.host_ports)
     assert clock.timeline and all(pt["bps"] / 8 <= 1.1 * most for pt in clock.timeline), \
         (most, [round(pt["bps"] / 8) for pt in clock.timeline[:4]])
+
+
+def test_fired_events_carry_their_time_and_the_agents_reaction(monkeypatch):
+    """Each fault the clock fires keeps the monotonic ns it was made at; the run's events
+    then carry the agent's reaction to it (metrics.dataplane_reaction)."""
+    from dataplane import faults
+
+    p = programmed()
+    made = []
+
+    def apply(lab, event):
+        made.append(time.monotonic_ns())
+        return {"t_ns": made[-1]}
+
+    monkeypatch.setattr(faults, "apply", apply)
+    clock = runner._RunClock(p.spec, _GrowingFabric(p, 0), [
+        {"at": 0.05, "for": 0.05, "fault": "link-down", "a": "leaf1:up1", "b": "spine1:down1"}], sample_s=0.05)
+    clock.mark_start()
+    clock.start()
+    time.sleep(0.3)
+    clock.stop.set()
+    clock.join()
+    assert [e["t_ns"] for e in clock.fired] == made and len(made) == 2
+    log = [{"event": "port_down", "switch": "leaf1", "port": "up1", "t_rx_ns": made[0] + 1000,
+            "t_map_ns": made[0] + 3000}]
+    monkeypatch.setattr(faults, "events", lambda lab, since_ns=0: log)
+    down, up = runner._with_reaction(p.spec, clock.fired, [{"fault": "link-down"}], made[0] - 1)
+    assert down["failover_us"] == 3.0 and down["local"][0]["netlink_to_mask_us"] == 2.0
+    assert up["local"] == [] and up["failover_us"] is None
+
+    def broken(lab, since_ns=0):
+        raise RuntimeError("agent gone")
+
+    monkeypatch.setattr(faults, "events", broken)
+    assert all(e["reaction_error"] == "agent gone"
+               for e in runner._with_reaction(p.spec, clock.fired, [{"fault": "link-down"}], 0))

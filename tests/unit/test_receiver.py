@@ -211,3 +211,97 @@ def test_longest_delivery_gap_is_the_recovery_time():
     stats = rx.finish()[1]
     assert stats.max_gap_ns == 7_000
     assert stats.to_dict()["max_gap_us"] == 7.0
+
+
+# --- outage and recovery from send times (issue 17) ----------------------------------
+
+STEP = 1_000_000        # 1 ms between packets (send times)
+T0 = 5_000_000_000
+
+
+def play(rx, flow, records):
+    """records: (seq, send offset in packet times, receive ns) in receive order."""
+    for seq, send, rx_ns in records:
+        rx.add(flow.pkt(seq, ts_ns=T0 + int(send * STEP)), rx_ns)
+
+
+def paced(seqs, rx_start=T0 + 50_000, late: dict | None = None):
+    """Packets seqs sent every STEP and received 50 us later, unless `late` moves them."""
+    late = late or {}
+    return sorted(((s, s, late.get(s, rx_start + s * STEP)) for s in seqs), key=lambda r: r[2])
+
+
+def test_late_but_complete_flow_has_no_outage_only_a_host_gap():
+    rx, f = Receiver(), Flow()
+    # packets 10..14 reach the receiver 40 ms late (held in a queue), out of order
+    late = {s: T0 + 60 * STEP + (14 - s) * 1000 for s in range(10, 15)}
+    play(rx, f, paced(range(30), late=late))
+    st = rx.finish({1: 30})[1]
+    assert st.lost == 0 and st.out_of_order > 0
+    d = st.to_dict()
+    assert d["outage_us"] == 0 and d["recovery_us"] == 0 and d["timing_note"] is None
+    assert d["max_gap_us"] >= 5_000        # the hosts saw a pause; the network lost nothing
+
+
+def test_real_hole_outage_is_the_lost_send_times_plus_one_interval():
+    rx, f = Receiver(), Flow()
+    play(rx, f, paced([s for s in range(40) if s not in (8, 9, 10)]))
+    st = rx.finish({1: 40})[1]
+    assert st.lost == 3
+    d = st.to_dict()
+    # lost packets were sent at 8, 9, 10 ms: span 2 ms + one 1 ms interval
+    assert d["outage_us"] == pytest.approx(3_000) and d["recovery_us"] == pytest.approx(3_000)
+    assert d["loss_windows_ns"] == [[T0 + 8 * STEP, T0 + 11 * STEP, 3]]
+    assert d["max_gap_us"] == pytest.approx(4_000)   # receive side: 7 -> 11
+
+
+def test_spread_loss_outage_spans_it_recovery_is_the_first_hole():
+    rx, f = Receiver(), Flow()
+    lost = {20, 24, 28}                     # every 4th packet on a dead path (spraying)
+    play(rx, f, paced([s for s in range(40) if s not in lost]))
+    d = rx.finish({1: 40})[1].to_dict()
+    assert d["outage_us"] == pytest.approx(9_000)     # 20 .. 28 ms, plus 1 ms
+    assert d["recovery_us"] == pytest.approx(1_000)   # 21 got through
+
+
+def test_stalled_receiver_shows_in_the_host_gap_not_the_outage():
+    rx, f = Receiver(), Flow()
+    # the receiver read nothing for 80 ms, then everything at once (kernel stamps late too)
+    late = {s: T0 + 100 * STEP + s * 1000 for s in range(5, 40)}
+    play(rx, f, paced(range(40), late=late))
+    d = rx.finish({1: 40})[1].to_dict()
+    assert d["lost"] == 0 and d["outage_us"] == 0 and d["recovery_us"] == 0
+    assert d["max_gap_us"] > 80_000
+
+
+def test_no_packets_is_unknown():
+    rx = Receiver()
+    d = rx.finish({7: 100})[7].to_dict()
+    assert d["lost"] == 100
+    assert d["outage_us"] is None and d["recovery_us"] is None and "no packet" in d["timing_note"]
+
+
+def test_clock_going_backwards_is_unknown():
+    rx, f = Receiver(), Flow()
+    records = paced([s for s in range(20) if s != 10])
+    records = [(s, send - 5 if s >= 15 else send, r) for s, send, r in records]   # clock stepped back
+    play(rx, f, records)
+    d = rx.finish({1: 20})[1].to_dict()
+    assert d["lost"] == 1 and d["outage_us"] is None and "backwards" in d["timing_note"]
+
+
+@pytest.mark.parametrize("missing, note", [((0, 1), "first packet"), ((18, 19), "until the end")])
+def test_loss_without_a_delivered_packet_on_both_sides_is_unknown(missing, note):
+    rx, f = Receiver(), Flow()
+    play(rx, f, paced([s for s in range(20) if s not in missing]))
+    d = rx.finish({1: 20})[1].to_dict()
+    assert d["lost"] == 2 and d["outage_us"] is None and note in d["timing_note"]
+
+
+def test_missing_send_timestamps_are_unknown_not_zero():
+    from dataplane.traffic.receiver import loss_timing
+    assert loss_timing({0: 0, 2: 0}, [1])["outage_ns"] is None            # stamps missing
+    assert loss_timing({0: 100, 2: 100}, [1])["outage_ns"] is None        # no time passed
+    assert loss_timing({}, [])["note"] == "no packet received"
+    assert loss_timing({0: 100, 1: 200}, []) == {"outage_ns": 0, "recovery_ns": 0, "windows": [],
+                                                 "note": None}

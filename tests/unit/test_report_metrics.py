@@ -199,3 +199,133 @@ def test_render_text_units_and_sweep_line():
 def test_metrics_json_serialisable():
     s = m.mode_summary([run_with([1, 2, 3], [flow(1, completions_us=[1.0])])])
     json.dumps(s)
+
+
+# --- fault figures (issue 17) ---------------------------------------------------------
+
+MS = 1_000_000
+T_DOWN, T_UP = 10_000 * MS, 11_000 * MS          # CLOCK_MONOTONIC ns of the two events
+
+
+def fault_run(flows, events=None) -> dict:
+    events = events if events is not None else [
+        {"t": 1.0, "what": "link-down leaf1:up1 spine1:down1", "t_ns": T_DOWN},
+        {"t": 2.0, "what": "link-up leaf1:up1 spine1:down1", "t_ns": T_UP}]
+    return run_with([1000], flows, events=events)
+
+
+def timed(fid, on_failed, windows=(), gap_us=1000.0, note=None, **kw):
+    """A flow record as the receiver writes it: loss windows [start, end, lost] in ns."""
+    lost = sum(w[2] for w in windows)
+    outage = (windows[-1][1] - windows[0][0]) / 1000 if windows else 0.0
+    recovery = (windows[0][1] - windows[0][0]) / 1000 if windows else 0.0
+    if note:
+        outage = recovery = None
+    return flow(fid, on_failed_element=on_failed, lost=lost, packets=100 - lost, max_gap_us=gap_us,
+                outage_us=outage, recovery_us=recovery, loss_windows_ns=[list(w) for w in windows],
+                timing_note=note, **kw)
+
+
+def test_fault_figures_network_side_apart_from_host_side():
+    flows = [
+        # lost 2 packets sent 0.5 ms after the link went down: 0.2 ms outage, but its
+        # receiver saw a 50 ms pause
+        timed(1, True, [(T_DOWN + MS // 2, T_DOWN + MS // 2 + 200_000, 2)], gap_us=50_000),
+        # spread loss: three single holes over 0.9 ms, each recovered by the next packet
+        timed(2, True, [(T_DOWN + k * 300_000, T_DOWN + k * 300_000 + 100_000, 1) for k in range(4)],
+              gap_us=3_000),
+        timed(3, False, gap_us=47_000),   # untouched, but its host stalled 47 ms
+    ]
+    met = m.run_metrics(fault_run(flows))
+    assert met["flows_on_failed"] == 2 and met["loss_on_failed"] == 6 and met["loss_elsewhere"] == 0
+    assert met["outage_ms"] == pytest.approx(1.0)        # flow 2: 0 .. 0.9 ms + its last 0.1 ms
+    assert met["recovery_ms"] == pytest.approx(0.2)      # flow 1's hole
+    assert met["outage_elsewhere_ms"] == 0
+    assert met["host_gap_on_failed_ms"] == pytest.approx(50.0)
+    assert met["host_gap_elsewhere_ms"] == pytest.approx(47.0)
+    assert met["timing_unknown"] == 0
+
+
+def test_a_repair_a_second_later_is_a_second_outage_not_one_long_one():
+    f = timed(1, True, [(T_DOWN + 100_000, T_DOWN + 200_000, 1), (T_UP + 50_000, T_UP + 350_000, 3)])
+    assert f["outage_us"] > 1e6                      # the flow-level span covers both
+    t = m.flow_outage(f, [T_DOWN, T_UP])
+    assert t["outage_ms"] == pytest.approx(0.3) and t["recovery_ms"] == pytest.approx(0.3)
+    # without event times: the flow's own span (the definition, coarser)
+    assert m.flow_outage(f)["outage_ms"] == pytest.approx(f["outage_us"] / 1000)
+
+
+def test_unknown_timing_is_none_never_a_number():
+    flows = [timed(1, True, [(T_DOWN, T_DOWN + MS, 5)]),
+             timed(2, True, [(T_DOWN, T_DOWN + MS, 5)], note="send clock went backwards"),
+             flow(3, on_failed_element=False, packets=0, lost=100)]       # never received
+    met = m.run_metrics(fault_run(flows))
+    assert met["outage_ms"] is None and met["recovery_ms"] is None
+    assert met["outage_elsewhere_ms"] is None and met["timing_unknown"] == 2
+    text = table.render_text(fault_run(flows), title="t")
+    line = next(x for x in text.split("t: faults")[1].splitlines() if x.startswith("│ ecmp"))
+    row = [c.strip() for c in line.split("│")[1:-1]]
+    assert row[0] == "ecmp" and row[4:7] == ["- (2 unknown)", "-", "-"]
+    # a record from before send times were kept: no loss is still 0, a loss is unknown
+    assert m.flow_outage(flow(4, lost=0))["outage_ms"] == 0
+    assert m.flow_outage(flow(5, lost=3, packets=97))["outage_ms"] is None
+
+
+def test_dataplane_reaction_from_the_agent_log():
+    fired = [{"t": 1.0, "what": "link-down a b", "t_ns": T_DOWN}, {"t": 2.0, "what": "link-up a b", "t_ns": T_UP}]
+    log = [
+        {"event": "port_down", "switch": "leaf1", "port": "up1", "t_rx_ns": T_DOWN + 300_000, "t_map_ns": T_DOWN + 350_000},
+        {"event": "port_down", "switch": "spine1", "port": "down1", "t_rx_ns": T_DOWN + 400_000, "t_map_ns": T_DOWN + 420_000},
+        {"event": "withdraw_sent", "switch": "spine1", "to": "leaf2", "seq": 4, "t_tx_ns": T_DOWN + 430_000, "t_ns": T_DOWN + 440_000},
+        {"event": "withdraw_received", "switch": "leaf2", "from": "spine1", "seq": 4, "t_rx_ns": T_DOWN + 500_000, "t_map_ns": T_DOWN + 530_000},
+        {"event": "port_up", "switch": "leaf1", "port": "up1", "t_rx_ns": T_UP + 9 * MS, "t_map_ns": T_UP + 9 * MS},
+    ]
+    down, up = m.dataplane_reaction(fired, log, until_ns=T_UP + 100 * MS)
+    assert down["failover_us"] == pytest.approx(420) and down["notice_us"] == pytest.approx(100)
+    assert [x["netlink_to_mask_us"] for x in down["local"]] == [pytest.approx(50), pytest.approx(20)]
+    assert down["remote"][0]["rx_to_map_us"] == pytest.approx(30)
+    assert up["failover_us"] == pytest.approx(9000) and up["local"][0]["netlink_to_mask_us"] is None
+    assert up["notice_us"] is None
+    met = m.run_metrics(fault_run([timed(1, True)], events=[down, up]))
+    assert met["failover_ms"] == pytest.approx(9.0) and met["notice_ms"] == pytest.approx(0.1)
+
+
+def test_links_cut_at_the_same_time_are_one_fault():
+    events = [{"t": 1.0, "at": 1.0, "what": f"link-down spine1:down{i}", "t_ns": T_DOWN + i * MS} for i in range(4)]
+    f = timed(1, True, [(T_DOWN + 500_000, T_DOWN + 600_000, 1), (T_DOWN + 3_500_000, T_DOWN + 3_800_000, 3)])
+    assert m.flow_outage(f, m.fault_starts({"events": events}))["outage_ms"] == pytest.approx(3.3)
+
+
+def test_fault_table_says_when_receivers_dropped_frames():
+    run = fault_run([timed(1, True, [(T_DOWN, T_DOWN + MS, 2)])])
+    run["receiver_drops"] = 2
+    text = table.render_text(run, title="t", width=400)
+    assert "ecmp: the receivers' sockets dropped 2 frames" in text
+
+
+def test_a_port_event_belongs_to_the_fault_that_named_its_port():
+    """Four links cut one after the other: the agent, late, handles the first link's
+    ports after the last cut; they are still the first cut's reaction."""
+    fired = [{"t": 1.0, "at": 1.0, "what": f"link-down spine1:down{i} leaf1:up{i}", "t_ns": T_DOWN + i * MS}
+             for i in (1, 2)]
+    log = [{"event": "port_down", "switch": "spine1", "port": "down2", "t_rx_ns": T_DOWN + 2 * MS + 10,
+            "t_map_ns": T_DOWN + 2 * MS + 20},
+           {"event": "port_down", "switch": "spine1", "port": "down1", "t_rx_ns": T_DOWN + 3 * MS,
+            "t_map_ns": T_DOWN + 3 * MS + 50_000},
+           {"event": "host_learned", "switch": "leaf1", "t_ns": T_DOWN + 99 * MS}]
+    one, two = m.dataplane_reaction(fired, log, until_ns=T_DOWN + 50 * MS)
+    assert [x["port"] for x in one["local"]] == ["down1"] and one["failover_us"] == pytest.approx(2050)
+    assert [x["port"] for x in two["local"]] == ["down2"] and two["failover_us"] == pytest.approx(0.02)
+
+
+def test_fault_table_says_when_faults_came_late():
+    t0 = T_DOWN - 1_000 * MS
+    run = fault_run([timed(1, True)], events=[
+        {"t": 1.3, "at": 1.0, "what": "link-down a b", "t_ns": t0 + 1_250 * MS},
+        {"t": 2.3, "at": 1.8, "what": "link-up a b", "t_ns": t0 + 2_300 * MS}])
+    run["t0_ns"] = t0
+    assert m.fault_lateness_s(run) == (pytest.approx(0.5), True)
+    text = table.render_text(run, title="t", width=400)
+    assert "ecmp: faults made up to 0.50 s after their scheduled time (some after the senders" in text
+    run["events"][1]["t_ns"] = t0 + 1_850 * MS
+    assert "after the senders" not in table.render_text(run, title="t", width=400)

@@ -174,3 +174,22 @@ def test_without_port_model(tmp_path):
     for p in paths:
         check_png(p)
     assert "emulated" not in table.render_text(runs)
+
+
+def test_timeline_of_a_fault_run_carries_its_figures(tmp_path):
+    """The legend entry shows the fault figures; the lost packets' send times are ticked."""
+    run = make_run(timeline=True)
+    t0 = 7_000_000_000
+    run["t0_ns"] = t0
+    for i, ev in enumerate(run["events"]):
+        ev.update(at=ev["t"], t_ns=t0 + int(ev["t"] * 1e9), failover_us=400.0 + i, notice_us=None)
+    for i, f in enumerate(run["flows"]):
+        f.update(on_failed_element=i == 0, max_gap_us=40_000.0 + i)
+    hit = run["flows"][0]
+    start = t0 + 1_000_300_000
+    hit.update(lost=2, outage_us=200.0, recovery_us=200.0, timing_note=None,
+               loss_windows_ns=[[start, start + 200_000, 2]])
+    label = plots._fault_label("ecmp", run)
+    assert label.startswith("ecmp: outage 200 µs, recovery 200 µs (net); host gap 40 ms vs ")
+    assert "failover 401 µs" in label
+    check_png(plots.plot_timeline([run], tmp_path / "t.png"))
