@@ -158,6 +158,9 @@ def _link_states(netns: str, ifindexes: list[int]) -> dict[int, bool]:
         ipr.close()
 
 
+# How long after a repair netlink messages about its ports are checked against the kernel.
+RELEASE_SETTLE_NS = 1_000_000_000
+
 class FabricMonitor:
     """The agent's reaction thread (see module doc). All map writes under `lock`."""
 
@@ -186,6 +189,10 @@ class FabricMonitor:
         self.arn_last: dict[tuple[str, int], int] = {}
         self.arn_active: dict[tuple[str, int], int] = {}
         self.held: set[int] = set()
+        # ifindex -> monotonic ns when release() applied its live state: netlink messages
+        # about it for a while after that may describe the repair half-way (up, carrier
+        # not yet back) and are checked against the kernel before they count
+        self.released_ns: dict[int, int] = {}
         self.learn_gen = 0
         self.learned: dict[tuple[str, str], dict] = {}
         self.next_learn = 0
@@ -271,6 +278,8 @@ class FabricMonitor:
                 if owner is None or owner[0].name != node.name:
                     continue
                 up = bool(flags & IFF_UP) and bool(flags & IFF_LOWER_UP)
+                if t_rx - self.released_ns.get(ifindex, -RELEASE_SETTLE_NS) < RELEASE_SETTLE_NS:
+                    up = _link_states(node.netns, [ifindex]).get(ifindex, up)
                 self.port_event(node, owner[1], up, t_rx)
 
     def hold(self, ifindexes: list[int]) -> None:
@@ -289,8 +298,11 @@ class FabricMonitor:
             by_ns: dict[str, list[int]] = {}
             for ifx in ifindexes:
                 by_ns.setdefault(self.port_owner[ifx][0].netns, []).append(ifx)
+            read_ns = time.monotonic_ns()
             for netns, idx in by_ns.items():
                 states.update(_link_states(netns, idx))
+            for ifx in ifindexes:
+                self.released_ns[ifx] = read_ns
             for ifx in ifindexes:
                 node, iface = self.port_owner[ifx]
                 self.port_event(node, iface, states.get(ifx, False))
