@@ -2,6 +2,7 @@
 also when the test fails; `assert_no_leftovers` checks that nothing of it remains."""
 from __future__ import annotations
 
+import signal
 import subprocess
 import sys
 import uuid
@@ -55,8 +56,21 @@ def leftovers(lab: str, spec: LabSpec | None = None) -> list[str]:
 
 def railab(*args: str, check: bool = True, timeout: float = 180,
            env: dict | None = None) -> subprocess.CompletedProcess:
-    proc = subprocess.run([*RAILAB, *args], capture_output=True, text=True, timeout=timeout,
-                          cwd=ROOT, env=env)
+    child = subprocess.Popen([*RAILAB, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True, cwd=ROOT, env=env)
+    try:
+        out, err = child.communicate(timeout=timeout)
+    except BaseException:
+        # A timeout (ours or pytest's) or Ctrl-C: interrupt railab as a user would, so it
+        # cleans up what it made (a SIGKILL would leave its lab behind), then give up on it.
+        child.send_signal(signal.SIGINT)
+        try:
+            child.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            child.kill()
+            child.communicate()
+        raise
+    proc = subprocess.CompletedProcess(child.args, child.returncode, out, err)
     if check and proc.returncode != 0:
         raise AssertionError(f"railab {' '.join(args)} exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}")
     return proc
