@@ -182,18 +182,10 @@ def derived_topology(spec: LabSpec) -> dict:
         settings["labels"] = {**(settings.get("labels") or {}), LAB_LABEL: spec.name,
                               "railab.role": "external" if node.external else node.role}
         nodes[node.name] = settings
-    links, done = [], set()
-    for node in spec.nodes:
-        for iface in node.interfaces:
-            peer_node, peer_if = iface.peer.split(":", 1)
-            key = frozenset(((node.name, iface.name), (peer_node, peer_if)))
-            if key in done:
-                continue
-            done.add(key)
-            links.append({"type": "veth", "mtu": LINK_MTU, "endpoints": [
-                {"node": node.name, "interface": iface.name, "mac": iface.mac},
-                {"node": peer_node, "interface": peer_if, "mac": iface.peer_mac},
-            ]})
+    links = [{"type": "veth", "mtu": LINK_MTU, "endpoints": [
+        {"node": node.name, "interface": iface.name, "mac": iface.mac},
+        {"node": peer_node.name, "interface": peer.name, "mac": peer.mac},
+    ]} for node, iface, peer_node, peer in spec.links()]
     return {"name": spec.name, "prefix": CLAB_NETNS_PREFIX.rstrip("-"),
             "topology": {"nodes": nodes, "links": links}}
 
@@ -218,8 +210,7 @@ def adopt_ifindexes(spec: LabSpec) -> None:
     for node in spec.nodes:
         for iface in node.interfaces:
             iface.ifindex = index[(node.name, iface.name)]
-            peer_node, peer_if = iface.peer.split(":", 1)
-            iface.peer_ifindex = index[(peer_node, peer_if)]
+            iface.peer_ifindex = index[(iface.peer_node, iface.peer_if)]
             if node.role != "host":
                 if iface.ifindex in switch_ports:
                     # Veths are made in the root namespace, so their indexes are unique

@@ -119,6 +119,18 @@ class LabSpec:
                 return node
         raise KeyError(name)
 
+    def links(self):
+        """Each link once, as (node, interface, peer node, peer interface)."""
+        nodes = {n.name: n for n in self.nodes}
+        done = set()
+        for node in self.nodes:
+            for iface in node.interfaces:
+                key = frozenset(((node.name, iface.name), (iface.peer_node, iface.peer_if)))
+                if key not in done:
+                    done.add(key)
+                    peer = nodes[iface.peer_node]
+                    yield node, iface, peer, peer.interface(iface.peer_if)
+
     @property
     def switches(self) -> list[NodeSpec]:
         return [n for n in self.nodes if n.role != "host"]

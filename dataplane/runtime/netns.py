@@ -99,7 +99,6 @@ def _veth_request(name, index, mac, ns_fd, peer_name, peer_index, peer_mac, peer
 
 
 def create_links(spec: LabSpec) -> None:
-    nodes = {n.name: n for n in spec.nodes}
     with ExitStack() as stack:
         fds = {}
         for node in spec.nodes:
@@ -107,21 +106,13 @@ def create_links(spec: LabSpec) -> None:
             stack.callback(os.close, fd)
             fds[node.name] = fd
         ipr = stack.enter_context(IPRoute())
-        done = set()
-        for node in spec.nodes:
-            for iface in node.interfaces:
-                peer_node, peer_if = iface.peer.split(":", 1)
-                key = frozenset(((node.name, iface.name), (peer_node, peer_if)))
-                if key in done:
-                    continue
-                done.add(key)
-                peer = nodes[peer_node].interface(peer_if)
-                msg = _veth_request(iface.name, iface.ifindex, iface.mac, fds[node.name],
-                                    peer.name, peer.ifindex, peer.mac, fds[peer_node])
-                # tuple(): some pyroute2 versions answer with a generator that sends
-                # nothing until it is consumed.
-                tuple(ipr.nlm_request(msg, msg_type=RTM_NEWLINK,
-                                      msg_flags=NLM_F_REQUEST | NLM_F_ACK | NLM_F_CREATE | NLM_F_EXCL))
+        for node, iface, peer_node, peer in spec.links():
+            msg = _veth_request(iface.name, iface.ifindex, iface.mac, fds[node.name],
+                                peer.name, peer.ifindex, peer.mac, fds[peer_node.name])
+            # tuple(): some pyroute2 versions answer with a generator that sends
+            # nothing until it is consumed.
+            tuple(ipr.nlm_request(msg, msg_type=RTM_NEWLINK,
+                                  msg_flags=NLM_F_REQUEST | NLM_F_ACK | NLM_F_CREATE | NLM_F_EXCL))
 
 
 def _sysctl_script(node: NodeSpec) -> str:
