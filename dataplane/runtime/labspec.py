@@ -77,7 +77,7 @@ class NodeSpec:
     rail: int | None = None
     plane: int | None = None
     interfaces: list[InterfaceSpec] = field(default_factory=list)
-    external: bool = False       # keeps its own container (containerlab runtime)
+    external: bool = False       # keeps its own container (only under the containerlab runtime)
     container: dict = field(default_factory=dict)  # an external node's containerlab settings
 
     def interface(self, name: str) -> InterfaceSpec:
@@ -180,7 +180,10 @@ def build(topo: Topology, source: str = "", runtime: str = "netns") -> LabSpec:
             sid = switch_id
         spec = NodeSpec(node.name, node.role.value, netns_name(topo.name, node.name, runtime),
                         node.kind, sid, node.rail, node.plane,
-                        external=node.external, container=dict(node.container))
+                        # only containerlab can leave a node its own container; the netns
+                        # runtime emulates such a node as a host like any other
+                        external=node.external and runtime == "containerlab",
+                        container=dict(node.container) if runtime == "containerlab" else {})
         for link in sorted(topo.links_of(node.name), key=lambda l: l.local(node.name).interface):
             near, far = link.local(node.name), link.other(node.name)
             if near == far:
