@@ -7,6 +7,8 @@ import time
 import uuid
 from pathlib import Path
 
+from dataplane.cli.common import output_console
+
 
 def _positive(kind):
     """argparse type: a finite number above zero (one clear line otherwise)."""
@@ -82,7 +84,6 @@ def run_deploy(args) -> int:
 
     from rich.table import Table
 
-    from dataplane.cli.common import console
     from dataplane.runtime import labspec, lifecycle, state
 
     lifecycle.require_root()
@@ -126,7 +127,7 @@ def run_deploy(args) -> int:
         table.add_column(title, justify="right", no_wrap=True)
     for row in rows:
         table.add_row(row["lab"], row["runtime"], *(str(row[key]) for key in columns))
-    console().print(table)
+    output_console().print(table)
     return 0
 
 
@@ -228,7 +229,6 @@ def run_dataplane(args) -> int:
                            "met": None if target(r[0]) is None else r[2] <= target(r[0])} for r in rows],
                          indent=2))
         return 0
-    from rich.console import Console
     from rich.table import Table
 
     table = Table(title=f"railab bench dataplane: ns/packet, BPF_PROG_TEST_RUN "
@@ -239,7 +239,7 @@ def run_dataplane(args) -> int:
         t = target(name)
         table.add_row(name, model, f"{med:.0f}", f"{mn:.0f}", "" if t is None else f"<= {t}",
                       "" if t is None else ("yes" if med <= t else "[red]NO[/red]"))
-    Console().print(table)
+    output_console().print(table)
     return 0
 
 
@@ -258,7 +258,6 @@ def _measure(args, measure):
 
 
 def run_traffic(args) -> int:
-    from rich.console import Console
     from rich.table import Table
 
     from dataplane.traffic.bench import bench_traffic
@@ -275,13 +274,12 @@ def run_traffic(args) -> int:
             ("trafgen (netsniff-ng)", result["trafgen_pps"]))
     for label, pps in rows:
         table.add_row(label, f"{pps:,.0f}" if pps else "-")
-    Console().print(table)
+    output_console().print(table)
     print(f"railab / trafgen: {result['railab_over_trafgen']:.2f} (target: at least 0.25)")
     return 0
 
 
 def run_queue(args) -> int:
-    from rich.console import Console
     from rich.table import Table
 
     from dataplane.traffic.queuebench import bench_queue
@@ -295,5 +293,5 @@ def run_queue(args) -> int:
     for r in rows:
         table.add_row(r["port_speed"], r["queue"], f"{r['tcp_bps'] / 1e6:,.2f} Mb/s",
                       f"{r['share_of_port']:.0%}")
-    Console().print(table)
+    output_console().print(table)
     return 0

@@ -24,7 +24,7 @@ def single_lab(lab: str | None) -> str:
     raise RuntimeStateError(f"several labs are deployed ({', '.join(labs)}): name one")
 
 
-def console():
+def output_console():
     """A rich Console for a command's output. Piped or redirected output gets no width
     limit (rich would cut tables to 80 columns and hide digits); a terminal its own width."""
     import sys

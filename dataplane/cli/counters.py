@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import json
 
-from rich.console import Console
 from rich.table import Table
 
 from dataplane.agent import client
 from dataplane.agent.protocol import CounterSnapshot
 from dataplane.cli.common import load_lab, single_lab
 from dataplane.units import fmt_speed
+from dataplane.cli.common import output_console
 
 
 def register(sub) -> None:
@@ -60,7 +60,7 @@ def run(args) -> int:
     if args.json:
         print(json.dumps(counters.to_wire(), indent=2))
         return 0
-    console = Console()
+    console = output_console()
     if args.links:
         table = Table(title=f"lab {lab}: packets per link")
         for column, justify in (("a", "left"), ("b", "left"), ("a->b", "right"), ("b->a", "right")):

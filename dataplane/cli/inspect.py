@@ -6,8 +6,9 @@ import json
 
 from rich.table import Table
 
-from dataplane.cli.common import console, load_lab, single_lab
+from dataplane.cli.common import load_lab, single_lab
 from dataplane.runtime import lifecycle, state
+from dataplane.cli.common import output_console
 
 
 def register(sub) -> None:
@@ -68,7 +69,7 @@ def run_all(labs: list[str], as_json: bool) -> int:
         status = data["status"] + (f": railab destroy {data['name']}" if data["status"] in ("broken", "leftovers") else "")
         table.add_row(data["name"], status, data["runtime"] or "-", data["kind"] or "-", str(switches), str(len(nodes) - switches),
                       str(links), data["source"] or "-")
-    console().print(table)
+    output_console().print(table)
     return 0
 
 
@@ -94,5 +95,5 @@ def run(args) -> int:
             first = k == 0
             table.add_row(node["name"] if first else "", node["role"] if first else "",
                           node["netns"] if first else "", iface["name"], iface["address"] or "-", iface["peer"])
-    console().print(table)
+    output_console().print(table)
     return 0

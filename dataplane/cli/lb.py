@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 
-from rich.console import Console
 from rich.table import Table
 
 from dataplane import bpf_abi as abi
@@ -12,6 +11,7 @@ from dataplane.cli.common import single_lab
 from dataplane.errors import UsageError
 from dataplane.lb import Fabric, expand_hash_fields
 from dataplane.units import fmt_speed
+from dataplane.cli.common import output_console
 
 
 def register(sub) -> None:
@@ -114,7 +114,7 @@ def run_show(args) -> int:
         return 0
 
     pm = data["port_model"]
-    console = Console()
+    console = output_console()
     console.print(f"lab {lab}: port model speed x {pm['scale']:g}, buffer {pm['buffer_bytes']} B, "
                   f"ECN above {pm['ecn_bytes']} B, utilisation window {pm['window_us']:g} us, "
                   f"{queue_text(pm)}")

@@ -22,6 +22,7 @@ from dataplane.plan import FatTreePlan, RailPlan, format_speed
 from dataplane.topology import clab
 from dataplane.topology.generate import command_line, generate
 from dataplane.topology.model import Role, Topology
+from dataplane.cli.common import output_console
 
 RAIL_DESIGNS = {
     "dual-plane": ("dual-plane rail-optimized: each NIC split over two identical planes", 2),
@@ -136,7 +137,7 @@ def write_lab(result: RailPlan, path: str, name: str | None = None) -> Topology:
 
 
 def _console() -> Console:
-    return Console(file=sys.stdout, highlight=False, soft_wrap=False)
+    return output_console()
 
 
 def _print_json(data: dict) -> None:

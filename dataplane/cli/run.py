@@ -5,10 +5,10 @@ import json
 import sys
 from pathlib import Path
 
-from rich.console import Console
 
 from dataplane.runtime import lifecycle
 from dataplane.runtime.state import check_lab_name
+from dataplane.cli.common import output_console
 
 
 def register(sub) -> None:
@@ -50,7 +50,7 @@ def run(args) -> int:
         return 0
     table = session.table
 
-    console = Console(width=None if sys.stdout.isatty() else 160)
+    console = output_console()
     for one in table.tables(session.report_view(results), title=results["experiment"]):
         console.print(one)
     console.print(f"results: {folder}/results.json")

@@ -22,7 +22,6 @@ import time
 from dataclasses import dataclass, field
 
 from rich import box
-from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
@@ -31,6 +30,7 @@ from dataplane.cli.common import load_lab, single_lab
 from dataplane.errors import UsageError
 from dataplane.topology.model import TIER
 from dataplane.units import fmt_bps
+from dataplane.cli.common import output_console
 
 
 
@@ -229,7 +229,7 @@ def run(args) -> int:
     spec = load_lab(lab).spec
     if args.switch is not None and args.switch not in {n.name for n in spec.switches}:
         raise UsageError(f"--switch {args.switch!r}: lab {lab} has no such switch")
-    console = Console()
+    console = output_console()
     prev, t_prev = poll(lab, args.switch)
     if args.once:
         time.sleep(args.interval)
