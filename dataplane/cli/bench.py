@@ -8,6 +8,7 @@ import uuid
 from pathlib import Path
 
 from dataplane.cli.common import output_console
+from dataplane.runtime.labspec import RUNTIMES
 
 
 def _positive(kind):
@@ -31,7 +32,7 @@ def register(sub) -> None:
     which = p.add_subparsers(dest="bench", metavar="BENCH", required=True)
     d = which.add_parser("deploy", help="deploy/destroy time and peak memory, small and large lab")
     d.add_argument("--repeat", type=_positive(int), default=1)
-    d.add_argument("--runtime", choices=("netns", "containerlab"), default="netns",
+    d.add_argument("--runtime", choices=RUNTIMES, default="netns",
                    help="containerlab: rows for the containerlab runtime next to the netns runtime's")
     d.add_argument("--json", action="store_true")
     d.set_defaults(func=run_deploy)

@@ -1,12 +1,18 @@
-"""`railab deploy FILE`: bring a containerlab topology up on namespaces with XDP switches."""
+"""`railab deploy FILE [--runtime netns|containerlab]`: bring a containerlab topology up,
+its switches forwarding with railab's XDP program."""
 from __future__ import annotations
+
+from dataplane.runtime import labspec, lifecycle
+from dataplane.runtime.labspec import RUNTIMES
+from dataplane.runtime.state import check_lab_name
+from dataplane.topology.clab import read as load_topology
 
 
 def register(sub) -> None:
     p = sub.add_parser("deploy", help="deploy a lab from a containerlab topology file")
     p.add_argument("file", help="containerlab topology file (*.clab.yml)")
     p.add_argument("--name", help="lab name, overriding the file's name: field (as containerlab deploy --name)")
-    p.add_argument("--runtime", choices=("netns", "containerlab"), default="netns",
+    p.add_argument("--runtime", choices=RUNTIMES, default="netns",
                    help="netns (default): railab makes namespaces and veths; containerlab: "
                         "containerlab makes a container per node and the veths, railab's XDP "
                         "switches run inside them")
@@ -14,12 +20,8 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from dataplane.runtime import labspec, lifecycle
-    from dataplane.topology.clab import read as load_topology
-
     topo = load_topology(args.file)
     if args.name is not None:
-        from dataplane.runtime.state import check_lab_name
         topo.name = check_lab_name(args.name)
     spec = labspec.build(topo, str(args.file), runtime=args.runtime)
     result = lifecycle.deploy(spec)

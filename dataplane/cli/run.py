@@ -9,6 +9,7 @@ from pathlib import Path
 from dataplane.runtime import lifecycle
 from dataplane.runtime.state import check_lab_name
 from dataplane.cli.common import output_console
+from dataplane.runtime.labspec import RUNTIMES
 
 
 def register(sub) -> None:
@@ -17,7 +18,7 @@ def register(sub) -> None:
     p.add_argument("--json", action="store_true", help="print the metrics as JSON")
     p.add_argument("--output", help="results folder (default: the file's output:, else ./results)")
     p.add_argument("--name", help="lab name, overriding the lab file's name: field")
-    p.add_argument("--runtime", choices=("netns", "containerlab"), default="netns",
+    p.add_argument("--runtime", choices=RUNTIMES, default="netns",
                    help="runtime for a lab the experiment deploys (a deployed lab keeps its own)")
     p.set_defaults(func=run)
 

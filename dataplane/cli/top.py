@@ -12,8 +12,9 @@ Rates come from counter deltas between two polls divided by the time between the
 A counter smaller than at the previous poll (agent restarted) counts from zero.
 Rows are sorted busiest first: by max(util, model util), then tx rate, then drops.
 
-The pure part (`port_directory`, `compute_rows`, `build_table`) takes plain dicts so it is
-tested with synthetic snapshots; `run` only polls and displays.
+The pure part (`port_directory`, `compute_rows`, `build_table`) takes the agent's typed
+CounterSnapshot, so it is tested with synthetic snapshots in the agent's own field names;
+`run` only polls and displays.
 """
 from __future__ import annotations
 
@@ -26,11 +27,11 @@ from rich.live import Live
 from rich.table import Table
 
 from dataplane.agent import client
-from dataplane.cli.common import load_lab, single_lab
+from dataplane.agent.protocol import CounterSnapshot
+from dataplane.cli.common import load_lab, output_console, single_lab
 from dataplane.errors import UsageError
 from dataplane.topology.model import TIER
 from dataplane.units import fmt_bps
-from dataplane.cli.common import output_console
 
 
 
@@ -85,61 +86,45 @@ def port_directory(spec) -> dict[tuple[str, str], dict]:
     return out
 
 
-def _delta(cur: dict, prev: dict | None, key: str) -> int:
-    now = int(cur.get(key) or 0)
-    before = int((prev or {}).get(key) or 0)
+def _grown(now: int, before: int) -> int:
+    """What a counter grew by; a counter that went back (agent restarted) counts from 0."""
     return now - before if now >= before else now
 
 
-def _speeds(c: dict, nominal: float | None) -> tuple[float | None, float | None]:
-    """(emulated, nominal) port speed. The agent reports speed_bps = emulated plus
-    nominal_speed_bps; the runner's naming is speed_bps = nominal plus scaled_bps."""
-    if c.get("scaled_bps") is not None:
-        return (c["scaled_bps"] or None), (c.get("speed_bps") or nominal)
-    if "nominal_speed_bps" in c:
-        return (c.get("speed_bps") or None), (c["nominal_speed_bps"] or nominal)
-    return None, (c.get("speed_bps") or nominal)
-
-
-def _queued(c: dict) -> int | None:
-    if c.get("shaper") is not None:
-        return int(c["shaper"].get("backlog_bytes", 0))
-    return int(c["queue_bytes"]) if c.get("queue_bytes") is not None else None
-
-
-def compute_rows(prev: dict | None, cur: dict, dt: float, spec=None) -> list[PortRow]:
-    """Rows for every switch port of `cur` (a counters reply), rates against `prev` (an
-    earlier reply, None for none: rates 0), busiest first."""
+def compute_rows(prev: CounterSnapshot | None, cur: CounterSnapshot, dt: float,
+                 spec=None) -> list[PortRow]:
+    """Rows for every switch port of `cur`, rates against `prev` (an earlier snapshot, None
+    for none: rates 0), busiest first."""
     directory = port_directory(spec)
     dt = dt if dt > 0 else 1e-9
     rows = []
-    for switch, data in cur.get("switches", {}).items():
-        prev_ports = ((prev or {}).get("switches", {}).get(switch) or {}).get("ports", {})
-        for port, c in data.get("ports", {}).items():
-            p = prev_ports.get(port) if prev is not None else None
-            info = directory.get((switch, port), {})
-            emulated, nominal = _speeds(c, info.get("nominal_bps"))
-            if prev is None or p is None:
-                tx = rx = 0.0
-                drops_delta: dict = {}
-                ecn = 0
-            else:
-                tx = _delta(c, p, "tx_bytes") * 8 / dt
-                rx = _delta(c, p, "rx_bytes") * 8 / dt
-                drops_delta = {r: _delta(c.get("drops") or {}, p.get("drops") or {}, r)
-                               for r in (c.get("drops") or {})}
-                drops_delta = {r: n for r, n in drops_delta.items() if n}
-                ecn = _delta(c, p, "ecn_marked")
-            rows.append(PortRow(
-                switch=switch, port=port, peer=info.get("peer", c.get("peer", "")),
-                direction=info.get("direction", ""), tx_bps=tx, rx_bps=rx,
-                util=tx / emulated if emulated else None,
-                model_util=float(c["utilization"]) if c.get("utilization") is not None else None,
-                queue_bytes=_queued(c),
-                drops_per_s=sum(drops_delta.values()) / dt,
-                drops_total=sum(int(v or 0) for v in (c.get("drops") or {}).values()),
-                drops_delta=drops_delta, ecn_per_s=ecn / dt, speed_bps=emulated, nominal_bps=nominal,
-            ))
+    for switch, port, c in cur.ports():
+        p = prev.port(switch, port) if prev is not None else None
+        info = directory.get((switch, port), {})
+        modelled = bool(c.speed_bps)        # 0: the port model is off for this port
+        if p is None:
+            tx = rx = 0.0
+            drops_delta: dict = {}
+            ecn = 0
+        else:
+            tx = _grown(c.tx_bytes, p.tx_bytes) * 8 / dt
+            rx = _grown(c.rx_bytes, p.rx_bytes) * 8 / dt
+            drops_delta = {r: _grown(n, p.drops.get(r, 0)) for r, n in c.drops.items()}
+            drops_delta = {r: n for r, n in drops_delta.items() if n}
+            ecn = _grown(c.ecn_marked, p.ecn_marked)
+        rows.append(PortRow(
+            switch=switch, port=port, peer=info.get("peer", ""),
+            direction=info.get("direction", ""), tx_bps=tx, rx_bps=rx,
+            util=tx / c.speed_bps if modelled else None,
+            model_util=float(c.utilization) if modelled else None,
+            queue_bytes=(int(c.shaper.get("backlog_bytes", 0)) if c.shaper is not None
+                         else c.queue_bytes if modelled else None),
+            drops_per_s=sum(drops_delta.values()) / dt,
+            drops_total=sum(c.drops.values()),
+            drops_delta=drops_delta, ecn_per_s=ecn / dt,
+            speed_bps=c.speed_bps or None,
+            nominal_bps=c.nominal_speed_bps or info.get("nominal_bps"),
+        ))
     rows.sort(key=lambda r: (-r.busy, -r.tx_bps, -r.drops_per_s, r.switch, r.port))
     return rows
 
@@ -214,9 +199,9 @@ def build_table(rows: list[PortRow], *, lab: str = "", interval: float | None = 
     return table
 
 
-def poll(lab: str, switch: str | None = None) -> tuple[dict, float]:
+def poll(lab: str, switch: str | None = None) -> tuple[CounterSnapshot, float]:
     before = time.monotonic()
-    counters = client.request(lab, "counters", switch=switch)
+    counters = client.counters(lab, switch)
     return counters, (before + time.monotonic()) / 2
 
 

@@ -7,6 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from dataplane.agent.protocol import CounterSnapshot
 from dataplane.cli import top
 from dataplane.runtime import labspec
 from dataplane.topology.generate import generate
@@ -18,7 +19,13 @@ def port(tx_bytes=0, rx_bytes=0, drops=None, **extra):
 
 
 def snapshot(ports: dict[str, dict[str, dict]]) -> dict:
+    """A counters reply as the agent sends it (its field names)."""
     return {"switches": {sw: {"ports": p, "groups": {}} for sw, p in ports.items()}}
+
+
+def rows(prev, cur, dt, spec=None):
+    return top.compute_rows(prev and CounterSnapshot.from_wire(prev), CounterSnapshot.from_wire(cur),
+                            dt, spec)
 
 
 @pytest.fixture(scope="module")
@@ -35,9 +42,9 @@ def test_rates_from_two_snapshots(spec):
                     utilization=0.49, queue_bytes=1500)
     c["up1"]["drops"] = {"queue_full": 10, "no_route": 0}
     c["up2"].update(tx_bytes=625_000)
-    rows = top.compute_rows(prev, cur, 0.5, spec)
-    assert [r.port for r in rows] == ["up1", "up2"]           # busiest first
-    up1, up2 = rows
+    found = rows(prev, cur, 0.5, spec)
+    assert [r.port for r in found] == ["up1", "up2"]          # busiest first
+    up1, up2 = found
     assert up1.tx_bps == pytest.approx(3_125_000 * 8 / 0.5)   # 50 Mb/s
     assert up1.rx_bps == pytest.approx(1_250_000 * 8 / 0.5)   # 20 Mb/s
     assert up1.util == pytest.approx(0.5)                     # 50 Mb/s of 100 Mb/s emulated
@@ -47,25 +54,32 @@ def test_rates_from_two_snapshots(spec):
     assert up1.ecn_per_s == pytest.approx(80.0)
     assert up1.speed_bps == 100_000_000 and up1.nominal_bps == 400e9
     assert up1.direction == "up" and up1.peer.startswith("spine")
-    assert up2.util == pytest.approx(0.1) and up2.model_util is None and up2.queue_bytes is None
+    assert up2.util == pytest.approx(0.1) and up2.model_util == 0.0 and up2.queue_bytes == 0
 
 
-def test_runner_style_speed_fields_and_no_model():
-    prev = snapshot({"s": {"a": port(0, speed_bps=400e9, scaled_bps=1e8), "b": port(0)}})
-    cur = snapshot({"s": {"a": port(1_250_000, speed_bps=400e9, scaled_bps=1e8), "b": port(2_500_000)}})
-    rows = top.compute_rows(prev, cur, 1.0)
-    a = next(r for r in rows if r.port == "a")
-    b = next(r for r in rows if r.port == "b")
-    assert a.util == pytest.approx(0.1) and a.nominal_bps == 400e9
+def test_speeds_as_the_agent_names_them_and_no_model():
+    prev = snapshot({"s": {"a": port(0, speed_bps=1e8, nominal_speed_bps=400e9), "b": port(0)}})
+    cur = snapshot({"s": {"a": port(1_250_000, speed_bps=1e8, nominal_speed_bps=400e9),
+                          "b": port(2_500_000)}})
+    found = rows(prev, cur, 1.0)
+    a = next(r for r in found if r.port == "a")
+    b = next(r for r in found if r.port == "b")
+    assert a.util == pytest.approx(0.1) and a.nominal_bps == 400e9 and a.speed_bps == 1e8
     assert b.util is None and b.tx_bps == pytest.approx(20e6)   # no port model: rate only
-    assert [r.port for r in rows] == ["a", "b"]   # known utilisation ranks before raw rate
+    assert b.model_util is None and b.queue_bytes is None
+    assert [r.port for r in found] == ["a", "b"]   # known utilisation ranks before raw rate
+
+
+def test_a_field_the_agent_never_sends_is_refused():
+    with pytest.raises(TypeError):   # the runner once read a 'scaled_bps' nobody sent
+        rows(None, snapshot({"s": {"a": port(0, scaled_bps=1e8)}}), 1.0)
 
 
 def test_counter_reset_and_first_poll():
     prev = snapshot({"s": {"a": port(10_000_000)}})
     cur = snapshot({"s": {"a": port(1_000)}})          # agent restarted: counts from zero
-    assert top.compute_rows(prev, cur, 1.0)[0].tx_bps == pytest.approx(8_000)
-    first = top.compute_rows(None, cur, 1.0)[0]
+    assert rows(prev, cur, 1.0)[0].tx_bps == pytest.approx(8_000)
+    first = rows(None, cur, 1.0)[0]
     assert first.tx_bps == 0 and first.drops_per_s == 0
 
 
@@ -75,9 +89,9 @@ def test_table_renders(spec):
     prev = snapshot({"leaf1": {"up1": port(0, speed_bps=10**8, nominal_speed_bps=4 * 10**11)}})
     cur = snapshot({"leaf1": {"up1": port(10_000_000, speed_bps=10**8, nominal_speed_bps=4 * 10**11,
                                           drops={"queue_full": 5})}})
-    rows = top.compute_rows(prev, cur, 1.0, spec) * 3
+    table_rows = rows(prev, cur, 1.0, spec) * 3
     console = Console(width=200, record=True, color_system=None)
-    console.print(top.build_table(rows, lab="toptest", interval=0.5, limit=2))
+    console.print(top.build_table(table_rows, lab="toptest", interval=0.5, limit=2))
     text = " ".join(console.export_text().split())  # the caption wraps at the table width
     assert "80M" in text and "80%" in text and "5 queue_full" in text and "15 since start" in text
     assert "100Mb/s emulated, 400Gb/s nominal" in text
@@ -125,5 +139,5 @@ def test_real_queue_shows_the_shaper_backlog():
     prev = snapshot({"s": {"a": port(0, speed_bps=1e7)}})
     cur = copy.deepcopy(prev)
     cur["switches"]["s"]["ports"]["a"].update(queue_bytes=900, shaper={"backlog_bytes": 4_000, "drops": 0})
-    (row,) = top.compute_rows(prev, cur, 1.0)
+    (row,) = rows(prev, cur, 1.0)
     assert row.queue_bytes == 4_000
