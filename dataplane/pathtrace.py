@@ -62,33 +62,27 @@ def build_frame(key: FlowKey, src_mac: str, dst_mac: str) -> bytes:
 
 def trace(spec: LabSpec, key: FlowKey, run_frame: RunFrame) -> dict:
     """{"hops": [{"switch", "in", "out"}], "end": "host:port" | None, "verdict": str}."""
-    by_mac: dict[bytes, tuple[str, str]] = {}
-    nodes = {n.name: n for n in spec.nodes}
-    for node in spec.nodes:
-        for iface in node.interfaces:
-            by_mac[_mac(iface.mac)] = (node.name, iface.name)
     host, port = key.src.split(":", 1)
-    start = nodes[host].interface(port)
+    start = spec.node(host).interface(port)
     switch, ingress = start.peer_node, start.peer_if
     frame = build_frame(key, start.mac, start.peer_mac)
     hops: list[dict] = []
     for _ in range(MAX_HOPS):
-        node = nodes[switch]
+        node = spec.node(switch)
         iface = node.interface(ingress)
         verdict, out = run_frame(node.netns, frame, iface.ifindex)
         if verdict not in FORWARDED:
             hops.append({"switch": switch, "in": ingress, "out": None})
             return {"hops": hops, "end": None, "verdict": XDP_VERDICTS.get(verdict, str(verdict))}
-        far = by_mac.get(out[:6])
+        far = spec.find_by_mac(out[:6].hex(":"))
         if far is None:
             hops.append({"switch": switch, "in": ingress, "out": None})
             return {"hops": hops, "end": None, "verdict": "unknown next hop"}
         far_node, far_if = far
-        egress = nodes[far_node].interface(far_if).peer_if
-        hops.append({"switch": switch, "in": ingress, "out": egress})
-        if nodes[far_node].role == "host":
-            return {"hops": hops, "end": f"{far_node}:{far_if}", "verdict": "delivered"}
-        switch, ingress, frame = far_node, far_if, out
+        hops.append({"switch": switch, "in": ingress, "out": far_if.peer_if})
+        if far_node.role == "host":
+            return {"hops": hops, "end": f"{far_node.name}:{far_if.name}", "verdict": "delivered"}
+        switch, ingress, frame = far_node.name, far_if.name, out
     return {"hops": hops, "end": None, "verdict": "loop"}
 
 

@@ -187,6 +187,23 @@ class FatTreePlan:
     def fabric_links(self) -> int:
         return self.leaf_spine_links + self.spine_core_links
 
+    def node_counts(self) -> dict[str, int]:
+        return {"leaves": self.leaves, "spines": self.spines, "cores": self.cores,
+                "hosts": self.max_end_ports}
+
+    def generator_params(self, speed: str = "400G") -> tuple[str, dict[str, Any]]:
+        """(kind, parameters) of the `railab topo gen` call that builds this fat-tree: one
+        NIC per end port, every switch of K ports; three tiers wire each pod's spine s to
+        core group s, as the k-ary fat-tree does."""
+        params: dict[str, Any] = {"servers": self.max_end_ports, "rails": 1,
+                                  "spines": self.spines // (self.pods or 1),
+                                  "links_per_spine": self.links_per_leaf_spine,
+                                  "leaf_ports": self.radix, "speed": speed}
+        if self.tiers == 2:
+            return "clos2", params
+        params.update(pods=self.pods, cores=self.cores, core_wiring="groups")
+        return "clos3", params
+
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {
             "design": "fat-tree",
@@ -366,6 +383,9 @@ class RailPlan:
             "switch_ports_used": self.switch_ports_used_per_plane,
         }
 
+    def node_counts(self) -> dict[str, int]:
+        return {"leaves": self.leaves, "spines": self.spines, "cores": 0, "hosts": self.servers}
+
     def generator_params(self) -> tuple[str, dict[str, Any]]:
         """(kind, parameters) of the `railab topo gen` call that builds this plan, or a
         PlanError saying what the generator cannot express."""
@@ -378,13 +398,11 @@ class RailPlan:
         if self.rails_per_leaf > 1:
             raise PlanError(f"{self.rails_per_leaf} rails share a leaf in this plan; the generator "
                             "gives every rail its own leaves")
-        if self.link_speed and self.link_speed != self.host_port_speed:
-            raise PlanError(f"leaf-spine links at {format_speed(self.link_speed)} and host ports at "
-                            f"{format_speed(self.host_port_speed)}: the generator builds every link "
-                            "at one speed")
         params: dict[str, Any] = {"servers": self.servers, "rails": self.gpus_per_server,
                                   "leaf_ports": self.leaf_downlinks + self.leaf_uplinks,
                                   "speed": f"{self.host_port_speed}G"}
+        if self.link_speed and self.link_speed != self.host_port_speed:
+            params["fabric_speed"] = f"{self.link_speed}G"
         if self.spines_per_plane:
             params.update(spines=self.spines_per_plane, links_per_spine=self.links_per_leaf_spine)
         if kind == "dual-plane":

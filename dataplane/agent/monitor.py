@@ -175,9 +175,6 @@ class FabricMonitor:
         self.sel.register(self.stop_r, selectors.EVENT_READ, ("stop", None))
         self.udp: dict[str, socket.socket] = {}
         self.nl: dict[str, socket.socket] = {}
-        self.by_name = {n.name: n for n in self.spec.nodes}
-        self.by_id = {n.switch_id: n for n in self.spec.switches}
-        self.port_owner = {i.ifindex: (n, i) for n in self.spec.switches for i in n.interfaces}
         self.seq = collections.Counter()
         self.counters = {n.name: collections.Counter() for n in self.spec.switches}
         self.events: collections.deque = collections.deque(maxlen=4096)
@@ -274,7 +271,7 @@ class FabricMonitor:
                 return
             t_rx = time.monotonic_ns()
             for ifindex, flags in _parse_links(data):
-                owner = self.port_owner.get(ifindex)
+                owner = self.spec.find_port(ifindex)
                 if owner is None or owner[0].name != node.name:
                     continue
                 up = bool(flags & IFF_UP) and bool(flags & IFF_LOWER_UP)
@@ -297,14 +294,14 @@ class FabricMonitor:
                 self.held.discard(ifx)
             by_ns: dict[str, list[int]] = {}
             for ifx in ifindexes:
-                by_ns.setdefault(self.port_owner[ifx][0].netns, []).append(ifx)
+                by_ns.setdefault(self.spec.port(ifx)[0].netns, []).append(ifx)
             read_ns = time.monotonic_ns()
             for netns, idx in by_ns.items():
                 states.update(_link_states(netns, idx))
             for ifx in ifindexes:
                 self.released_ns[ifx] = read_ns
             for ifx in ifindexes:
-                node, iface = self.port_owner[ifx]
+                node, iface = self.spec.port(ifx)
                 self.port_event(node, iface, states.get(ifx, False))
         return {"up": sum(states.values()), "ports": len(ifindexes), "t_ns": time.monotonic_ns()}
 
@@ -343,7 +340,7 @@ class FabricMonitor:
         members = self.p.routing.members.get(gid, [])
         if not members:
             return 0
-        far = self.by_name.get(node.interface(members[0]).peer_node)
+        far = self.spec.find_node(node.interface(members[0]).peer_node)
         return far.switch_id if far is not None and far.switch_id else 0
 
     def upstream(self, node, prefix: str, live_only: bool = True) -> list[tuple[object, object]]:
@@ -353,7 +350,7 @@ class FabricMonitor:
         out = []
         seen = set()
         for iface in node.interfaces:
-            nbr = self.by_name.get(iface.peer_node)
+            nbr = self.spec.find_node(iface.peer_node)
             if nbr is None or nbr.role == "host" or nbr.name in seen:
                 continue
             if live_only and not self.dp.port_is_up(iface.ifindex):
@@ -410,7 +407,7 @@ class FabricMonitor:
         if msg.type == T_RESTORE:
             kind = "restore"
         self.counters[node.name][f"{kind}_received"] += 1
-        reporter = self.by_id.get(msg.reporter)
+        reporter = self.spec.find_switch(msg.reporter)
         with self.lock:
             key = (node.name, msg.prefix)
             if reporter is None or not self._ensure_route(node, msg.prefix):
@@ -438,7 +435,7 @@ class FabricMonitor:
 
     def _apply_excl(self, node, prefix) -> None:
         key = (node.name, prefix)
-        reporters = {self.by_id[r].name for r in self.excl.get(key, {}) if r in self.by_id}
+        reporters = {self.spec.switch_by_id(r).name for r in self.excl.get(key, {}) if self.spec.find_switch(r)}
         net = ipaddress.IPv4Network(prefix)
         # the prefix's route and every more specific one (learned /32 host routes)
         for rprefix, gid in self.dp.routes(node.switch_id).items():
@@ -447,11 +444,11 @@ class FabricMonitor:
                 continue
             covering = {r for (sw, p), t in self.excl.items() if sw == node.name and t
                         and rnet.subnet_of(ipaddress.IPv4Network(p))
-                        for r in t if r in self.by_id}
-            names = {self.by_id[r].name for r in covering}
+                        for r in t if self.spec.find_switch(r)}
+            names = {self.spec.switch_by_id(r).name for r in covering}
             mask = 0
             for i, ifx in enumerate(self.dp.group_info(gid)["members"][:64]):
-                if self.port_owner[ifx][1].peer_node in names:
+                if self.spec.port(ifx)[1].peer_node in names:
                     mask |= 1 << i
             self.dp.set_route_avoid(node.switch_id, rprefix, mask)
         if not reporters:
@@ -471,13 +468,13 @@ class FabricMonitor:
                 self.counters[sw]["expired"] += 1
                 self.events.append({"event": "exclusion_expired", "switch": sw, "prefix": prefix,
                                     "reporter": reporter, "t_ns": now})
-                self._apply_excl(self.by_name[sw], prefix)
+                self._apply_excl(self.spec.node(sw), prefix)
 
     def clear_switch(self, name: str) -> None:
         """Forget what switch `name` holds or has sent (its state was reset, as by a
         reboot): its own exclusions, and every exclusion its notices caused elsewhere --
         once its ports are back, it re-announces whatever it still cannot reach."""
-        sid = self.by_name[name].switch_id
+        sid = self.spec.node(name).switch_id
         with self.lock:
             for key in list(self.excl):
                 if key[0] == name:
@@ -486,7 +483,7 @@ class FabricMonitor:
                     del self.excl[key][sid]
                 else:
                     continue
-                self._apply_excl(self.by_name[key[0]], key[1])
+                self._apply_excl(self.spec.node(key[0]), key[1])
             self.withdrawn = {k for k in self.withdrawn if k[0] != name}
             for key in [k for k in self.arn_active if k[0] == name]:
                 self.arn_active.pop(key, None)
@@ -497,7 +494,7 @@ class FabricMonitor:
                 for r, exp in list(table.items()):
                     if exp:
                         del table[r]
-                self._apply_excl(self.by_name[key[0]], key[1])
+                self._apply_excl(self.spec.node(key[0]), key[1])
             self.arn_active.clear()
 
     # ------------------------------------------------------------ ARN on congestion
@@ -511,7 +508,7 @@ class FabricMonitor:
             with self.lock:
                 gen = routing.generation
                 for (owner, members), gid in list(routing.groups.items()):
-                    node = self.by_name[owner]
+                    node = self.spec.node(owner)
                     for _, prefix in routing.group_prefixes(owner, [gid]):
                         if not self.upstream(node, prefix, live_only=False):
                             continue
@@ -551,7 +548,7 @@ class FabricMonitor:
         with self.lock:
             for node in self.spec.switches:
                 for iface in node.interfaces:
-                    peer = self.by_name.get(iface.peer_node)
+                    peer = self.spec.find_node(iface.peer_node)
                     if peer is not None and peer.role == "host":
                         self.dp.set_port_learn(iface.ifindex, True)
 
@@ -562,8 +559,8 @@ class FabricMonitor:
         self.learn_gen = gen
         with self.lock:
             for h in self.dp.learned_hosts():
-                node = self.by_id.get(h["switch_id"])
-                owner = self.port_owner.get(h["ifindex"])
+                node = self.spec.find_switch(h["switch_id"])
+                owner = self.spec.find_port(h["ifindex"])
                 if node is None or owner is None:
                     continue
                 key = (node.name, h["ip"])
@@ -573,7 +570,7 @@ class FabricMonitor:
                 for sw in self.p.install_host_route(node, owner[1], h["ip"]):
                     for (esw, p), t in list(self.excl.items()):   # keep exclusions in force
                         if esw == sw and t and ipaddress.IPv4Address(h["ip"]) in ipaddress.IPv4Network(p):
-                            self._apply_excl(self.by_name[sw], p)
+                            self._apply_excl(self.spec.node(sw), p)
                 self.counters[node.name]["hosts_learned"] += 1
                 self.events.append({"event": "host_learned", "switch": node.name, "ip": h["ip"],
                                     "port": owner[1].name, "mac": h["mac"], "t_ns": time.monotonic_ns()})
@@ -586,10 +583,10 @@ class FabricMonitor:
     def _status(self) -> dict:
         return {"config": dict(self.cfg),
                 "counters": {k: dict(v) for k, v in self.counters.items() if v},
-                "exclusions": [{"switch": sw, "prefix": p, "reporters": [self.by_id[r].name for r in t],
+                "exclusions": [{"switch": sw, "prefix": p, "reporters": [self.spec.switch_by_id(r).name for r in t],
                                 "expires_ns": list(t.values())} for (sw, p), t in self.excl.items() if t],
                 "withdrawn": sorted(f"{sw} {p}" for sw, p in self.withdrawn),
-                "learned": [{"switch": sw, "ip": ip, "port": self.port_owner[h["ifindex"]][1].name,
+                "learned": [{"switch": sw, "ip": ip, "port": self.spec.port(h["ifindex"])[1].name,
                              "mac": h["mac"]} for (sw, ip), h in sorted(self.learned.items())]}
 
     def recent_events(self, since_ns: int = 0) -> list[dict]:

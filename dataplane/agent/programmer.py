@@ -110,8 +110,7 @@ class SwitchProgrammer:
 
     def _auto_lbn(self, node) -> list[int]:
         """LBN values in interface order: host-facing ports 0..k-1 first, then the others."""
-        roles = {n.name: n.role for n in self.spec.nodes}
-        down = [i for i in node.interfaces if roles.get(i.peer_node) == "host"]
+        down = [i for i, peer in self.spec.neighbours(node) if peer.role == "host"]
         order = down + [i for i in node.interfaces if i not in down]
         value = {i.name: v for v, i in enumerate(order)}
         return [value[i.name] for i in node.interfaces]

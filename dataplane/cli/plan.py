@@ -47,7 +47,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     help="ports per switch (even)")
     ft.add_argument("--tiers", type=int, default=2, metavar="{2,3}",
                     help="2 = leaf-spine, 3 = core-spine-leaf (default 2)")
+    ft.add_argument("--speed", default="400G", metavar="SPEED",
+                    help="port speed of every link in a written lab (default 400G)")
     ft.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    _output_args(ft)
     ft.set_defaults(func=run_fat_tree)
 
     for name, (help_text, planes) in RAIL_DESIGNS.items():
@@ -74,11 +77,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             p.add_argument("--oversubscription", default="1:1", metavar="DOWN:UP",
                            help="leaf downlink:uplink bandwidth (default 1:1)")
         p.add_argument("--json", action="store_true", help="print JSON instead of a table")
-        p.add_argument("-o", "--output", metavar="FILE",
-                       help="also write the planned lab as a containerlab file (through the "
-                            "topology generator; `railab topo check` and `railab deploy` read it)")
-        p.add_argument("--name", help="lab name in the written file (default: the design's)")
+        _output_args(p)
         p.set_defaults(func=run_rail, rail_design=name)
+
+
+def _output_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("-o", "--output", metavar="FILE",
+                        help="also write the planned lab as a containerlab file (through the "
+                             "topology generator; `railab topo check` and `railab deploy` read it)")
+    parser.add_argument("--name", help="lab name in the written file (default: the design's)")
 
 
 # --------------------------------------------------------------------------- runners
@@ -90,6 +97,8 @@ def run_fat_tree(args: argparse.Namespace) -> int:
         _print_json(result.to_dict())
     else:
         _console().print(fat_tree_table(result))
+    if args.output:
+        _write(args, result, speed=args.speed)
     return 0
 
 
@@ -111,21 +120,26 @@ def run_rail(args: argparse.Namespace) -> int:
         console.print(rail_table(result))
         console.print(rail_details(result))
     if args.output:
-        topo = write_lab(result, args.output, args.name)
-        print(f"wrote {args.output}: {describe_nodes(topo)}, {len(topo.links)} links",
-              file=sys.stderr if args.json else sys.stdout)
+        _write(args, result)
     return 0
 
 
-def write_lab(result: RailPlan, path: str, name: str | None = None) -> Topology:
+def _write(args: argparse.Namespace, result: RailPlan | FatTreePlan, **options) -> None:
+    topo = write_lab(result, args.output, args.name, **options)
+    print(f"wrote {args.output}: {describe_nodes(topo)}, {len(topo.links)} links",
+          file=sys.stderr if args.json else sys.stdout)
+
+
+def write_lab(result: RailPlan | FatTreePlan, path: str, name: str | None = None,
+              **options) -> Topology:
     """The planned fabric as a containerlab file, built by the topology generator; refused
-    if what the generator builds differs from the plan."""
-    kind, params = result.generator_params()
+    if what the generator builds differs from the plan (counts of hosts and switches)."""
+    kind, params = result.generator_params(**options)
+    planned = result.node_counts()
     topo = generate(kind, name=name, **params)
     roles = [n.role for n in topo.nodes.values()]
     built = {"leaves": roles.count(Role.LEAF), "spines": roles.count(Role.SPINE),
-             "hosts": roles.count(Role.HOST)}
-    planned = {"leaves": result.leaves, "spines": result.spines, "hosts": result.servers}
+             "cores": roles.count(Role.CORE), "hosts": roles.count(Role.HOST)}
     if built != planned:
         raise PlanError(f"the generator builds {built} where the plan has {planned}; not written")
     header = f"railab {topo.kind} fabric, as planned by railab plan. Same as: {command_line(topo)}"

@@ -23,7 +23,11 @@ PARAM_HELP = {
     "leaf_ports": "ports per switch, the radix (default 64); more servers than a leaf can "
                   "take form several scalable units",
     "oversubscription": "leaf downlink:uplink bandwidth, e.g. 1:1 (default) or 3:1",
-    "speed": "port speed of every link, e.g. 400G (default), 100G, 1.6T",
+    "speed": "port speed of host links (and of every link without --fabric-speed), e.g. "
+             "400G (default), 100G, 1.6T",
+    "fabric_speed": "port speed of switch-to-switch links (default: --speed)",
+    "core_wiring": "clos3: mesh (every spine to every core, default) or groups (the k-ary "
+                   "fat-tree's: spine s of each pod to core group s)",
 }
 
 
@@ -40,7 +44,7 @@ def register(subparsers) -> None:
     for param in ALL_PARAMS:
         # Values are checked by the generator, so a bad one is a one-line error naming it.
         gen.add_argument(flag(param), dest=param, metavar="N" if param not in
-                         ("oversubscription", "speed") else "X", help=PARAM_HELP[param])
+                         ("oversubscription", "speed", "fabric_speed", "core_wiring") else "X", help=PARAM_HELP[param])
     gen.add_argument("--name", help="lab name (default: the kind)")
     gen.add_argument("-o", "--output", metavar="FILE", help="file to write (default: stdout)")
     gen.set_defaults(func=run_gen)

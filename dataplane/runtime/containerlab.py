@@ -23,6 +23,7 @@ from importlib import metadata
 from pathlib import Path
 
 import yaml
+from pyroute2 import IPRoute
 
 from dataplane.errors import RuntimeStateError
 from dataplane.netns_util import in_netns
@@ -191,8 +192,6 @@ def derived_topology(spec: LabSpec) -> dict:
 
 
 def adopt_ifindexes(spec: LabSpec) -> None:
-    from pyroute2 import IPRoute
-
     index: dict[tuple[str, str], int] = {}
     for node in spec.nodes:
         with in_netns(node.netns):
@@ -220,6 +219,7 @@ def adopt_ifindexes(spec: LabSpec) -> None:
                         f"{node.name}:{iface.name} share ifindex {iface.ifindex}; one XDP "
                         "program serves the lab and needs them unique: deploy again")
                 switch_ports[iface.ifindex] = f"{node.name}:{iface.name}"
+    spec.reindex()
 
 
 def _netns_links(prefix: str) -> list[Path]:

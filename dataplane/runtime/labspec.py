@@ -113,23 +113,72 @@ class LabSpec:
     segments: list[str]
     runtime: str = "netns"       # who makes namespaces and links: netns | containerlab
 
-    def node(self, name: str) -> NodeSpec:
+    # Indexes over nodes and ports, built on first use. The spec is fixed once built, but
+    # for one step: the containerlab runtime adopts the ifindexes the kernel gave its
+    # veths, and calls reindex() after it.
+    def reindex(self) -> None:
+        by_name = {n.name: n for n in self.nodes}
+        ports: dict[int, tuple[NodeSpec, InterfaceSpec]] = {}
+        by_mac: dict[str, tuple[NodeSpec, InterfaceSpec]] = {}
         for node in self.nodes:
-            if node.name == name:
-                return node
-        raise KeyError(name)
+            for iface in node.interfaces:
+                by_mac[iface.mac.lower()] = (node, iface)
+                if node.role != "host":
+                    # host ifindexes repeat across namespaces under containerlab;
+                    # switch ports are unique within a lab (one XDP object for all)
+                    ports[iface.ifindex] = (node, iface)
+        self._index = {"name": by_name, "port": ports, "mac": by_mac,
+                       "switch_id": {n.switch_id: n for n in self.nodes if n.switch_id}}
+
+    def _table(self, table: str) -> dict:
+        if getattr(self, "_index", None) is None:
+            self.reindex()
+        return self._index[table]
+
+    def _lookup(self, table: str, key):
+        return self._table(table)[key]
+
+    def find_node(self, name: str) -> NodeSpec | None:
+        return self._table("name").get(name)
+
+    def find_switch(self, switch_id: int) -> NodeSpec | None:
+        return self._table("switch_id").get(switch_id)
+
+    def find_port(self, ifindex: int) -> tuple[NodeSpec, InterfaceSpec] | None:
+        return self._table("port").get(ifindex)
+
+    def node(self, name: str) -> NodeSpec:
+        return self._lookup("name", name)
+
+    def switch_by_id(self, switch_id: int) -> NodeSpec:
+        return self._lookup("switch_id", switch_id)
+
+    def port(self, ifindex: int) -> tuple[NodeSpec, InterfaceSpec]:
+        """The switch and interface that own a switch port's ifindex (KeyError if none)."""
+        return self._lookup("port", ifindex)
+
+    def find_by_mac(self, mac: str) -> tuple[NodeSpec, InterfaceSpec] | None:
+        """The node and interface (host or switch) that own a MAC address."""
+        return self._table("mac").get(mac.lower())
+
+    def far_end(self, iface: InterfaceSpec) -> tuple[NodeSpec, InterfaceSpec]:
+        """The node and interface at the other end of iface's link."""
+        peer = self.node(iface.peer_node)
+        return peer, peer.interface(iface.peer_if)
+
+    def neighbours(self, node: NodeSpec) -> list[tuple[InterfaceSpec, NodeSpec]]:
+        """(local interface, node at its far end) for every link of node."""
+        return [(iface, self.node(iface.peer_node)) for iface in node.interfaces]
 
     def links(self):
         """Each link once, as (node, interface, peer node, peer interface)."""
-        nodes = {n.name: n for n in self.nodes}
         done = set()
         for node in self.nodes:
             for iface in node.interfaces:
                 key = frozenset(((node.name, iface.name), (iface.peer_node, iface.peer_if)))
                 if key not in done:
                     done.add(key)
-                    peer = nodes[iface.peer_node]
-                    yield node, iface, peer, peer.interface(iface.peer_if)
+                    yield (node, iface, *self.far_end(iface))
 
     @property
     def switches(self) -> list[NodeSpec]:

@@ -37,17 +37,21 @@ MAX_LINKS = 100_000  # a guard against typos like --servers 1000000, not a sizin
 # Parameters each kind understands, and its defaults (small enough for a laptop).
 KIND_PARAMS: dict[str, dict[str, object]] = {
     "clos2": dict(servers=8, rails=2, spines=2, links_per_spine=None, leaf_ports=64,
-                  oversubscription=None, speed="400G"),
+                  oversubscription=None, speed="400G", fabric_speed=None),
     "clos3": dict(servers=8, rails=2, pods=2, spines=2, cores=2, links_per_spine=None,
-                  leaf_ports=64, oversubscription=None, speed="400G"),
+                  leaf_ports=64, oversubscription=None, speed="400G", fabric_speed=None,
+                  core_wiring=None),
     "rail-only": dict(servers=8, rails=4, leaf_ports=64, speed="400G"),
     "rail-optimized": dict(servers=8, rails=4, spines=2, links_per_spine=None, leaf_ports=64,
-                           oversubscription=None, speed="400G"),
+                           oversubscription=None, speed="400G", fabric_speed=None),
     "dual-plane": dict(servers=4, rails=4, planes=2, spines=2, links_per_spine=None,
-                       leaf_ports=64, oversubscription=None, speed="400G"),
+                       leaf_ports=64, oversubscription=None, speed="400G", fabric_speed=None),
 }
 ALL_PARAMS = ("servers", "rails", "pods", "spines", "cores", "links_per_spine", "planes",
-              "leaf_ports", "oversubscription", "speed")
+              "leaf_ports", "oversubscription", "speed", "fabric_speed", "core_wiring")
+# clos3 spine-to-core wiring: "mesh" (or unset) = every spine to every core; "groups" = the k-ary
+# fat-tree's, spine s of every pod to core group s only (cores / spines cores per group)
+CORE_WIRINGS = ("mesh", "groups")
 INT_PARAMS = ("servers", "rails", "pods", "spines", "cores", "links_per_spine", "planes",
               "leaf_ports")
 
@@ -120,6 +124,12 @@ def resolve_params(kind: str, given: dict[str, object]) -> dict[str, object]:
         if params.get(param) is not None:
             params[param] = _as_int(param, params[param], 2 if param == "leaf_ports" else 1)
     params["speed"] = format_speed(parse_speed(params["speed"]))
+    if params.get("fabric_speed") is not None:
+        params["fabric_speed"] = format_speed(parse_speed(params["fabric_speed"], "--fabric-speed"))
+        if params["fabric_speed"] == params["speed"]:
+            params["fabric_speed"] = None       # one speed: the file says it once
+    if params.get("core_wiring") is not None and params["core_wiring"] not in CORE_WIRINGS:
+        raise TopologyError(f"--core-wiring {params['core_wiring']!r}: choose one of {', '.join(CORE_WIRINGS)}")
     if params.get("oversubscription") is not None:
         params["oversubscription"] = format_ratio(*parse_ratio(params["oversubscription"]))
     if kind == "dual-plane" and params["planes"] != 2:
@@ -128,9 +138,10 @@ def resolve_params(kind: str, given: dict[str, object]) -> dict[str, object]:
 
 
 def _why_not(kind: str, param: str) -> str:
-    if kind == "rail-only" and param in ("spines", "links_per_spine", "oversubscription", "cores"):
+    if kind == "rail-only" and param in ("spines", "links_per_spine", "oversubscription", "cores",
+                                         "fabric_speed"):
         return "it has no spines"
-    if param in ("pods", "cores"):
+    if param in ("pods", "cores", "core_wiring"):
         return "only clos3 has pods and cores"
     if param == "planes":
         return "only dual-plane has planes"
@@ -145,12 +156,16 @@ def generate(kind: str, name: str | None = None, **given: object) -> Topology:
         raise TopologyError(
             f"--name {name!r}: a lab name starts with a letter or digit and has only letters, "
             "digits, '-', '_' and '.'")
-    builder = _Builder(Topology(name=name, kind=kind, params=params), parse_speed(params["speed"]))
+    speed = parse_speed(params["speed"])
+    fabric_speed = parse_speed(params["fabric_speed"]) if params.get("fabric_speed") else speed
+    builder = _Builder(Topology(name=name, kind=kind, params=params), speed, fabric_speed)
     if kind in ("clos2", "clos3"):
         _build_clos(builder, params, pods=params.get("pods"))
     else:
         _build_rail(builder, params, kind)
     topo = builder.topo
+    # what the file records and reads back: parameters left unset stay out
+    topo.params = {k: v for k, v in topo.params.items() if v is not None}
     # Hosts first, then leaves, spines, cores (stable within a tier): files read bottom up.
     topo.nodes = dict(sorted(topo.nodes.items(), key=lambda item: TIER[item[1].role]))
     return topo
@@ -159,9 +174,10 @@ def generate(kind: str, name: str | None = None, **given: object) -> Topology:
 class _Builder:
     """Adds nodes and links, numbering each switch's down/up ports in creation order."""
 
-    def __init__(self, topo: Topology, speed_bps: int):
+    def __init__(self, topo: Topology, speed_bps: int, fabric_speed_bps: int):
         self.topo = topo
         self.speed = speed_bps
+        self.fabric_speed = fabric_speed_bps
         self.ports: dict[tuple[str, str], int] = {}
 
     def node(self, name: str, role: Role, **facts) -> str:
@@ -173,29 +189,32 @@ class _Builder:
         self.ports[key] = self.ports.get(key, 0) + 1
         return f"{direction}{self.ports[key]}"
 
-    def link(self, a: Endpoint, b: Endpoint, rail=None, plane=None) -> None:
-        self.topo.add_link(Link(a=a, b=b, speed_bps=self.speed, rail=rail, plane=plane))
+    def link(self, a: Endpoint, b: Endpoint, rail=None, plane=None, speed=None) -> None:
+        self.topo.add_link(Link(a=a, b=b, speed_bps=speed or self.speed, rail=rail, plane=plane))
 
     def uplink(self, lower: str, upper: str, plane=None) -> None:
         self.link(Endpoint(lower, self.port(lower, "up")), Endpoint(upper, self.port(upper, "down")),
-                  plane=plane)
+                  plane=plane, speed=self.fabric_speed)
 
 
 def _leaf_uplinks(params: dict, downlinks: int) -> int:
     """Links per spine for a leaf with `downlinks` used ports; records the ratio in params."""
     spines, leaf_ports = params["spines"], params["leaf_ports"]
     given_links, given_ratio = params.get("links_per_spine"), params.get("oversubscription")
+    # the ratio is of bandwidth: with faster fabric links, fewer uplinks carry the same
+    speed_down = parse_speed(params["speed"])
+    speed_up = parse_speed(params["fabric_speed"]) if params.get("fabric_speed") else speed_down
     if given_ratio is None and given_links is not None:
         uplinks = spines * given_links
-        params["oversubscription"] = format_ratio(downlinks, uplinks)
+        params["oversubscription"] = format_ratio(downlinks * speed_down, uplinks * speed_up)
     else:
         down, up = parse_ratio(given_ratio or "1:1")
         params["oversubscription"] = format_ratio(down, up)
-        if downlinks * up % down:
+        if (downlinks * speed_down * up) % (down * speed_up):
             raise TopologyError(
                 f"--oversubscription {down}:{up} does not divide the {downlinks} downlinks of a "
                 f"leaf into whole uplinks")
-        uplinks = downlinks * up // down
+        uplinks = downlinks * speed_down * up // (down * speed_up)
         if uplinks % spines:
             raise TopologyError(
                 f"--spines {spines} cannot share the {uplinks} uplinks of a leaf ({down}:{up} with "
@@ -217,7 +236,10 @@ def _max_downlinks(params: dict) -> int:
     if params.get("oversubscription") is None and params.get("links_per_spine") is not None:
         return leaf_ports - params["spines"] * params["links_per_spine"]
     down, up = parse_ratio(params.get("oversubscription") or "1:1")
-    return leaf_ports * down // (down + up)
+    speed_down = parse_speed(params["speed"])
+    speed_up = parse_speed(params["fabric_speed"]) if params.get("fabric_speed") else speed_down
+    # ports D (down) and U (up) with D*speed_down : U*speed_up = down : up and D + U = leaf_ports
+    return leaf_ports * down * speed_up // (down * speed_up + up * speed_down)
 
 
 def _check_spine_ports(params: dict, needed: int, what: str) -> None:
@@ -248,17 +270,23 @@ def _build_clos(b: _Builder, params: dict, pods: int | None) -> None:
     links_per_spine = _leaf_uplinks(params, per_leaf * rails)
     leaves_per_pod = math.ceil(per_pod / per_leaf)
     spine_down = leaves_per_pod * links_per_spine
-    core_links = 0
+    core_links, grouped, reach = 0, False, 0
     if pods:
         cores = params["cores"]
-        if spine_down % cores:
+        grouped = params.get("core_wiring") == "groups"
+        if grouped and cores % spines:
+            raise TopologyError(f"--core-wiring groups: --cores {cores} cannot be split into one "
+                                f"group per spine of a pod (--spines {spines})")
+        reach = cores // spines if grouped else cores    # cores one spine connects to
+        if spine_down % reach:
             raise TopologyError(
                 f"--cores {cores} cannot share the {spine_down} uplinks of a spine equally "
                 f"(a spine has as many core links as leaf links); use a divisor of {spine_down}")
-        core_links = spine_down // cores
+        core_links = spine_down // reach
         _check_spine_ports(params, 2 * spine_down, f"{spine_down} to leaves, {spine_down} to cores")
-        _check_spine_ports(params, pods * spines * core_links,
-                           f"on the cores: {pods} pods x {spines} spines x {core_links} links")
+        on_core = pods * (1 if grouped else spines) * core_links
+        _check_spine_ports(params, on_core, f"on the cores: {pods} pods x "
+                           f"{'1 spine' if grouped else f'{spines} spines'} x {core_links} links")
     else:
         _check_spine_ports(params, spine_down, f"{leaves_per_pod} leaves x {links_per_spine} links")
     _check_size(params, servers * rails + pod_count * spines * spine_down * (2 if pods else 1))
@@ -281,8 +309,9 @@ def _build_clos(b: _Builder, params: dict, pods: int | None) -> None:
             for spine in tops:
                 for _ in range(links_per_spine):
                     b.uplink(leaf, spine)
-        for spine in tops:
-            for core in cores:
+        for s, spine in enumerate(tops):
+            group = cores[s * reach:(s + 1) * reach] if grouped else cores
+            for core in group:
                 for _ in range(core_links):
                     b.uplink(spine, core)
 
