@@ -5,6 +5,7 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
+import time
 import uuid
 from pathlib import Path
 
@@ -104,6 +105,17 @@ def xdp_prog_ids_in(netns: str) -> list[int]:
         if "prog/xdp id" in line:
             ids.append(int(line.split("prog/xdp id")[1].split()[0]))
     return ids
+
+
+def wait_for(predicate, timeout_s: float = 60.0) -> bool:
+    """Poll until predicate() holds: the kernel finishes some teardown (devices of an
+    unlinked namespace, the XDP programs on them) after the call that started it."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.02)
+    return False
 
 
 def bpf_prog_exists(prog_id: int) -> bool:

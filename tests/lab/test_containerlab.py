@@ -15,7 +15,7 @@ import pytest
 
 from dataplane.runtime import agent_client, containerlab, state
 
-from .conftest import (RAILAB, ROOT, bpf_prog_exists, leftovers, railab, shipped, unique_name,
+from .conftest import (RAILAB, ROOT, bpf_prog_exists, wait_for, leftovers, railab, shipped, unique_name,
                        xdp_prog_ids_in)
 
 KINDS = ("clos2", "clos3", "rail-only", "rail-optimized", "dual-plane")
@@ -85,7 +85,7 @@ def test_shipped_lab_built_by_containerlab_probes_clean(kind):
         railab("destroy", name, check=False)
     assert leftovers(name) == []
     assert _containers(name) == []
-    assert programs and not any(bpf_prog_exists(p) for p in programs)
+    assert programs and wait_for(lambda: not any(bpf_prog_exists(p) for p in programs), 10), programs
 
 
 def test_experiment_with_a_link_failure_on_a_containerlab_lab(tmp_path):

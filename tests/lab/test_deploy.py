@@ -16,7 +16,7 @@ from dataplane.probe import run_probe
 from dataplane.runtime import agent_client, state
 from dataplane.traffic import iperf
 
-from .conftest import (RAILAB, ROOT, bpf_prog_exists, leftovers, railab, shipped,
+from .conftest import (RAILAB, ROOT, bpf_prog_exists, wait_for, leftovers, railab, shipped,
                        unique_name, xdp_prog_ids_in)
 
 KINDS = ("clos2", "clos3", "rail-only", "rail-optimized", "dual-plane")
@@ -121,15 +121,6 @@ def test_exec_runs_inside_a_node():
     assert leftovers(name) == []
 
 
-def _wait_for(predicate, timeout_s: float = 60.0) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.02)
-    return False
-
-
 def _start_deploy(name: str, kind: str = "rail-optimized") -> subprocess.Popen:
     return subprocess.Popen(
         [*RAILAB, "deploy", str(shipped(kind)), "--name", name],
@@ -141,7 +132,7 @@ def test_kill_9_mid_deploy_then_destroy_leaves_nothing():
     name = unique_name("kill")
     proc = _start_deploy(name)
     try:
-        assert _wait_for(lambda: any(n.startswith(f"railab-{name}-") for n in os.listdir("/run/netns"))
+        assert wait_for(lambda: any(n.startswith(f"railab-{name}-") for n in os.listdir("/run/netns"))
                          if os.path.isdir("/run/netns") else False)
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=10)
@@ -166,7 +157,7 @@ def test_kill_9_after_deploy_then_destroy_removes_programs_and_agent():
         # The agent is the lab's long-lived process; kill it like a crash would.
         agent = state.load(name).agent_pid
         os.kill(agent, signal.SIGKILL)
-        assert _wait_for(lambda: not os.path.exists(f"/proc/{agent}/cmdline")
+        assert wait_for(lambda: not os.path.exists(f"/proc/{agent}/cmdline")
                          or not open(f"/proc/{agent}/cmdline", "rb").read(), 10)
         shown = json.loads(railab("inspect", name, "--json").stdout)
         assert shown["status"] == "broken"     # not "up" with nobody serving it
@@ -177,7 +168,7 @@ def test_kill_9_after_deploy_then_destroy_removes_programs_and_agent():
         railab("destroy", name)
     assert leftovers(name, spec) == []
     # The kernel frees a namespace's devices (and so their XDP programs) asynchronously.
-    assert _wait_for(lambda: not any(bpf_prog_exists(p) for p in prog_ids), 10), prog_ids
+    assert wait_for(lambda: not any(bpf_prog_exists(p) for p in prog_ids), 10), prog_ids
 
 
 @pytest.mark.parametrize("second", [None, signal.SIGINT, signal.SIGTERM])
@@ -186,9 +177,9 @@ def test_ctrl_c_during_deploy_leaves_nothing(second):
     name = unique_name("intr")
     proc = _start_deploy(name, "dual-plane")
     try:
-        assert _wait_for(lambda: state.state_file(name).exists())
+        assert wait_for(lambda: state.state_file(name).exists())
         # Let it get into namespace building before the interrupt.
-        _wait_for(lambda: any(n.startswith(f"railab-{name}-") for n in os.listdir("/run/netns"))
+        wait_for(lambda: any(n.startswith(f"railab-{name}-") for n in os.listdir("/run/netns"))
                   if os.path.isdir("/run/netns") else False, 10)
         proc.send_signal(signal.SIGINT)
         if second is not None:
