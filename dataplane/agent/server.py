@@ -24,6 +24,7 @@ import traceback
 from typing import Callable
 
 from dataplane.agent import protocol as proto
+from dataplane.agent.kernelswitches import KernelSwitches
 from dataplane.agent.monitor import FabricMonitor
 from dataplane.agent.programmer import SwitchProgrammer
 from dataplane.runtime import state
@@ -47,7 +48,7 @@ class ControlServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
     under the lock; the fabric monitor takes the lock itself where it needs it."""
     daemon_threads = True
 
-    def __init__(self, path: str, programmer: SwitchProgrammer, monitor: FabricMonitor | None = None):
+    def __init__(self, path: str, programmer: SwitchProgrammer | KernelSwitches, monitor: FabricMonitor | None = None):
         self.programmer = programmer
         self.lock = threading.RLock()
         self.monitor = monitor
@@ -82,9 +83,11 @@ class ControlServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
                 return handler(request)
         return self.unlocked[type(request)](request)
 
+    monitor_absent = "the fabric monitor is not running"
+
     def _monitor(self) -> FabricMonitor:
         if self.monitor is None:
-            raise ValueError("the fabric monitor is not running")
+            raise ValueError(self.monitor_absent)
         return self.monitor
 
     def _switch_reset(self, r: proto.SwitchReset) -> dict:
@@ -96,6 +99,30 @@ class ControlServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
     def _hold(self, r: proto.HoldPorts) -> dict:
         self._monitor().hold([int(x) for x in r.ifindexes])
         return {"held": len(r.ifindexes)}
+
+
+def _serve_kernel_lab(spec, ready) -> int:
+    """A `--dataplane kernel` lab: nothing to compile or attach (the runtime put the kernel
+    routes in); serve counters and the ECMP settings, refuse the rest with the reason."""
+    try:
+        if sys.stdin.readline().strip() != "go":
+            return 1
+        sock = state.agent_socket(spec.name)
+        if sock.exists():
+            sock.unlink()
+        server = ControlServer(str(sock), KernelSwitches(spec))
+        server.monitor_absent = ("the lab forwards with the kernel (--dataplane kernel): "
+                                 "failover notices and ARN need the XDP dataplane")
+    except Exception as err:
+        traceback.print_exc()
+        ready.write(f"error: {type(err).__name__}: {err}\n")
+        ready.close()
+        return 1
+    ready.write("ready\n")
+    ready.close()
+    print(f"agent for lab {spec.name} ready (kernel forwarding)", flush=True)
+    server.serve_forever()
+    return 0
 
 
 def main(argv=None) -> int:
@@ -110,6 +137,8 @@ def main(argv=None) -> int:
         if lab_state is None:
             raise RuntimeError(f"no state file for lab {args.lab}")
         spec = lab_state.spec
+        if spec.dataplane == "kernel":
+            return _serve_kernel_lab(spec, ready)
         ports = sum(len(n.interfaces) for n in spec.switches)
         routes = sum(len(r) for r in spec.routes.values())
         # room for learned /32 host routes on every switch (ARP-to-host-route) and for

@@ -25,6 +25,9 @@ NETNS_PREFIX = "railab-"
 CLAB_NETNS_PREFIX = "clab-"
 FIRST_IFINDEX = 100  # leaves room below for lo and anything the kernel adds
 RUNTIMES = ("netns", "containerlab")
+# Who forwards in the switches: railab's XDP program, or Linux's own IP forwarding with the
+# controller's routes as multipath kernel routes (the baseline railab is compared with).
+DATAPLANES = ("xdp", "kernel")
 
 
 def netns_name(lab: str, node: str, runtime: str = "netns") -> str:
@@ -112,6 +115,7 @@ class LabSpec:
     host_nics: dict[str, list[HostNicSpec]]
     segments: list[str]
     runtime: str = "netns"       # who makes namespaces and links: netns | containerlab
+    dataplane: str = "xdp"       # who forwards in the switches: xdp | kernel
 
     # Indexes over nodes and ports, built on first use. The spec is fixed once built, but
     # for one step: the containerlab runtime adopts the ifindexes the kernel gave its
@@ -200,7 +204,7 @@ class LabSpec:
         routes = {k: [RouteSpec(**r) for r in v] for k, v in data["routes"].items()}
         host_nics = {k: [HostNicSpec(**h) for h in v] for k, v in data["host_nics"].items()}
         return cls(data["name"], data["source"], data["kind"], nodes, routes, host_nics, data["segments"],
-                   data.get("runtime", "netns"))
+                   data.get("runtime", "netns"), data.get("dataplane", "xdp"))
 
 
 def _check_ifname(node: str, name: str) -> None:
@@ -208,7 +212,7 @@ def _check_ifname(node: str, name: str) -> None:
         raise TopologyError(f"node {node}: interface name {name!r} is not a valid Linux interface name")
 
 
-def build(topo: Topology, source: str = "", runtime: str = "netns") -> LabSpec:
+def build(topo: Topology, source: str = "", runtime: str = "netns", dataplane: str = "xdp") -> LabSpec:
     addresses = plan_addresses(topo)
     control = controller.compute(topo, addresses)
 
@@ -260,7 +264,7 @@ def build(topo: Topology, source: str = "", runtime: str = "netns") -> LabSpec:
         for host, routing in control.host_routing.items()
     }
     segments = [str(s.network) for s in addresses.segments]
-    return LabSpec(topo.name, source, topo.kind, nodes, routes, host_nics, segments, runtime)
+    return LabSpec(topo.name, source, topo.kind, nodes, routes, host_nics, segments, runtime, dataplane)
 
 
 def dumps(spec: LabSpec) -> str:

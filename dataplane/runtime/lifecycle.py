@@ -72,6 +72,9 @@ def deploy(spec: LabSpec) -> DeployResult:
         if current.spec.runtime != spec.runtime:
             raise RuntimeStateError(f"lab {spec.name} is already deployed with the "
                                     f"{current.spec.runtime} runtime; destroy it first")
+        if current.spec.dataplane != spec.dataplane:
+            raise RuntimeStateError(f"lab {spec.name} is already deployed with the "
+                                    f"{current.spec.dataplane} dataplane; destroy it first")
         return DeployResult(spec.name, True, 0.0)
     runtime = runtime_of(spec)
     runtime.check(spec)

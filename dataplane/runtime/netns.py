@@ -22,6 +22,7 @@ NETNS_DIR = "/run/netns"
 IFA_F_NOPREFIXROUTE = 0x200
 RTNH_F_ONLINK = 4
 RULE_PRIORITY_BASE = 100
+RT_SCOPE_LINK = 253
 
 
 def list_netns() -> list[str]:
@@ -115,18 +116,24 @@ def create_links(spec: LabSpec) -> None:
                                   msg_flags=NLM_F_REQUEST | NLM_F_ACK | NLM_F_CREATE | NLM_F_EXCL))
 
 
-def _sysctl_script(node: NodeSpec) -> str:
+def _sysctl_script(node: NodeSpec, dataplane: str = "xdp") -> str:
     if node.external:
         # A user's own container keeps its settings; only what the XDP fabric needs of any
         # receiver: GRO on, so frames redirected into its veth are accepted (tx checksum
         # offload is already off: containerlab turns it off on both ends of its links).
         return "\n".join(f"ethtool -K {i.name} gro on >/dev/null" for i in node.interfaces) or "true"
+    kernel_switch = node.role != "host" and dataplane == "kernel"
     lines = [
         "sysctl -qw net.ipv6.conf.all.disable_ipv6=1 net.ipv6.conf.default.disable_ipv6=1",
-        # Switches forward only in XDP: the kernel must not forward behind its back.
-        "sysctl -qw net.ipv4.ip_forward=0",
+        # XDP switches forward only in XDP: the kernel must not forward behind their back.
+        # Kernel switches forward with Linux, hashing multipath routes on the L4 5-tuple
+        # (the lab is IPv4-only: IPv6 is off everywhere).
+        f"sysctl -qw net.ipv4.ip_forward={1 if kernel_switch else 0}",
         "sysctl -qw net.ipv4.conf.all.rp_filter=0 net.ipv4.conf.default.rp_filter=0",
     ]
+    if kernel_switch:
+        lines.append("sysctl -qw net.ipv4.fib_multipath_hash_policy=1 "
+                     "net.ipv4.conf.all.send_redirects=0 net.ipv4.conf.default.send_redirects=0")
     if node.role == "host":
         lines.append("sysctl -qw net.ipv4.fib_multipath_hash_policy=1")
         # a port that lost carrier leaves the host's multipath routes at once (dual-plane
@@ -146,7 +153,7 @@ def configure_sysctls(spec: LabSpec) -> None:
     procs = []
     for node in spec.nodes:
         procs.append((node, subprocess.Popen(
-            ["ip", "netns", "exec", node.netns, "sh", "-e", "-c", _sysctl_script(node)],
+            ["ip", "netns", "exec", node.netns, "sh", "-e", "-c", _sysctl_script(node, spec.dataplane)],
             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
         )))
     failed = []
@@ -175,6 +182,38 @@ def configure_node(spec: LabSpec, node: NodeSpec) -> None:
             ipr.link("set", index=iface.ifindex, state="up")
         if node.role == "host":
             _configure_host(spec, node, ipr)
+        elif spec.dataplane == "kernel":
+            _configure_kernel_switch(spec, node, ipr)
+
+
+def kernel_routes(spec: LabSpec, node: NodeSpec) -> list[dict]:
+    """The controller's routes of one switch as kernel routes (pyroute2 route() keywords):
+    a host /32 straight out of its port (the kernel resolves the host's MAC by ARP), a
+    segment over every equal-cost next hop, each via the far end's address on the
+    point-to-point link."""
+    nodes = {n.name: n for n in spec.nodes}
+    by_name = {i.name: i for i in node.interfaces}
+    routes = []
+    for route in spec.routes.get(node.name, []):
+        hops = []
+        for port in route.nexthops:
+            iface = by_name[port]
+            far = nodes[iface.peer_node].interface(iface.peer_if)
+            if nodes[iface.peer_node].role == "host":
+                hops.append({"oif": iface.ifindex, "scope": RT_SCOPE_LINK})
+            elif far.address:
+                hops.append({"gateway": str(IPv4Interface(far.address).ip), "oif": iface.ifindex})
+            else:
+                raise RuntimeError(f"switch {node.name}: port {port} leads to "
+                                   f"{iface.peer} which has no address; kernel forwarding "
+                                   "needs addressed switch links")
+        routes.append({"dst": route.prefix, **(hops[0] if len(hops) == 1 else {"multipath": hops})})
+    return routes
+
+
+def _configure_kernel_switch(spec: LabSpec, node: NodeSpec, ipr: IPRoute) -> None:
+    for route in kernel_routes(spec, node):
+        ipr.route("replace", **route)
 
 
 def _configure_host(spec: LabSpec, node: NodeSpec, ipr: IPRoute) -> None:
