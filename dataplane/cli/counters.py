@@ -70,8 +70,12 @@ def run(args) -> int:
         console.print(table)
         return 0
     real = any(c.shaper is not None for _, _, c in counters.ports())
-    table = Table(title=f"lab {lab}: switch ports (speed: emulated/nominal; queue: "
-                        f"{'bytes waiting in each port shaper (real queues)' if real else 'virtual backlog'})")
+    if spec.dataplane == "kernel":
+        title = f"lab {lab}: switch ports (kernel forwarding: the kernel's link counters, no port model)"
+    else:
+        title = (f"lab {lab}: switch ports (speed: emulated/nominal; queue: "
+                 f"{'bytes waiting in each port shaper (real queues)' if real else 'virtual backlog'})")
+    table = Table(title=title)
     for column in ("switch", "port", "speed", "rx pkts", "tx pkts", "tx bytes", "ecn", "util", "queue B",
                    "drops"):
         table.add_column(column, justify="left" if column in ("switch", "port", "drops") else "right")

@@ -115,9 +115,13 @@ def run_show(args) -> int:
 
     pm = data["port_model"]
     console = output_console()
-    console.print(f"lab {lab}: port model speed x {pm['scale']:g}, buffer {pm['buffer_bytes']} B, "
-                  f"ECN above {pm['ecn_bytes']} B, utilisation window {pm['window_us']:g} us, "
-                  f"{queue_text(pm)}")
+    if data.get("dataplane") == "kernel":
+        console.print(f"lab {lab}: kernel forwarding (--dataplane kernel): multipath routes hashed "
+                      "per flow (ECMP only), no port model")
+    else:
+        console.print(f"lab {lab}: port model speed x {pm['scale']:g}, buffer {pm['buffer_bytes']} B, "
+                      f"ECN above {pm['ecn_bytes']} B, utilisation window {pm['window_us']:g} us, "
+                      f"{queue_text(pm)}")
     table = Table(title=f"lab {lab}: load balancing")
     for col in ("switch", "role", "seed", "group", "prefixes", "mode", "members (emulated/nominal speed)", "params"):
         table.add_column(col)

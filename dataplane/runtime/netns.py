@@ -23,6 +23,7 @@ IFA_F_NOPREFIXROUTE = 0x200
 RTNH_F_ONLINK = 4
 RULE_PRIORITY_BASE = 100
 RT_SCOPE_LINK = 253
+NUD_PERMANENT = 0x80
 
 
 def list_netns() -> list[str]:
@@ -212,6 +213,14 @@ def kernel_routes(spec: LabSpec, node: NodeSpec) -> list[dict]:
 
 
 def _configure_kernel_switch(spec: LabSpec, node: NodeSpec, ipr: IPRoute) -> None:
+    # Every neighbour's MAC is known (as the XDP switches know it): permanent entries, so
+    # forwarding never waits on ARP, nor loses a neighbour whose ARP reply a flood dropped.
+    nodes = {n.name: n for n in spec.nodes}
+    for iface in node.interfaces:
+        far = nodes[iface.peer_node].interface(iface.peer_if)
+        if far.address:
+            ipr.neigh("replace", ifindex=iface.ifindex, dst=str(IPv4Interface(far.address).ip),
+                      lladdr=far.mac, state=NUD_PERMANENT)
     for route in kernel_routes(spec, node):
         ipr.route("replace", **route)
 

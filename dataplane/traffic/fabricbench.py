@@ -6,17 +6,20 @@ once with the XDP switches and once with Linux forwarding (`--dataplane kernel`)
 """
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
 import subprocess
 import tempfile
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from ipaddress import IPv4Interface
 
+from dataplane.netns_util import in_netns
 from dataplane.runtime.labspec import LabSpec
-from dataplane.traffic.bench import TRAFGEN, link_stats
+from dataplane.traffic.bench import TRAFGEN, link_stats, veth_pair
 
 FIRST_SPORT = 10000
 DPORT = 9     # discard: nothing listens, the receiver's stack drops it (ICMP replies rate-limited)
@@ -125,9 +128,12 @@ def measure(path: FabricPath, *, frame_bytes: int, flows: int, duration_s: float
         time.sleep(warmup_s)
         if proc.poll() is not None:
             raise RuntimeError(f"trafgen exited: {proc.stderr.read().decode().strip()[-200:]}")
+        workers = _group_pids(proc.pid) + _softirq_pids()
+        cpu0 = _cpu_ns(workers)
         (p0, b0), t0 = rx_counts(path.rx_ns, path.rx_if), time.monotonic()
         time.sleep(duration_s)
         (p1, b1), t1 = rx_counts(path.rx_ns, path.rx_if), time.monotonic()
+        cpu1 = _cpu_ns(workers)
     finally:
         if proc is not None:
             _stop_group(proc)
@@ -135,5 +141,281 @@ def measure(path: FabricPath, *, frame_bytes: int, flows: int, duration_s: float
     seconds = t1 - t0
     packets = p1 - p0
     # rx_bytes counts frames without FCS; line figures add it back
+    cpu_s = sum(cpu1[pid] - cpu0[pid] for pid in cpu1 if pid in cpu0) / 1e9
     return {"pps": packets / seconds, "bps": (b1 - b0 + 4 * packets) * 8 / seconds,
-            "packets": packets, "seconds": seconds}
+            "packets": packets, "seconds": seconds, "cpu_s": cpu_s,
+            "pps_per_cpu": packets / cpu_s if cpu_s > 0 else None}
+
+
+def _group_pids(pgid: int) -> list[int]:
+    """trafgen and its worker (one process group)."""
+    pids = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                if os.getpgid(int(entry)) == pgid:
+                    pids.append(int(entry))
+            except ProcessLookupError:
+                pass
+    return pids
+
+
+def _softirq_pids() -> list[int]:
+    """ksoftirqd and threaded-NAPI kernel threads: where deferred forwarding runs."""
+    pids = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/comm") as f:
+                    if f.read().startswith(("ksoftirqd/", "napi/")):
+                        pids.append(int(entry))
+            except OSError:
+                pass
+    return pids
+
+
+def _cpu_ns(pids: list[int]) -> dict[int, int]:
+    """CPU time run so far (ns, /proc/PID/schedstat). Without IRQ time accounting (this
+    kernel), softirq work -- all the forwarding here -- is charged to the task it
+    interrupted or to ksoftirqd, so the sender's and ksoftirqd's time is the path's."""
+    out = {}
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/schedstat") as f:
+                out[pid] = int(f.read().split()[0])
+        except (OSError, ValueError, IndexError):
+            pass
+    return out
+
+
+# ---------------------------------------------------------------- the floor of XDP on veth
+# A minimal XDP forwarder: rewrite both MACs and redirect through a DEVMAP, per ingress
+# port, nothing else (no parsing beyond Ethernet, no TTL, no counters). Attached for a
+# moment to the switch ports of the KERNEL lab, it gives what any XDP switch on these
+# veths can reach at best on this path: if it is not 2x the kernel, no switch program is.
+BARE_FORWARDER = r"""
+#include <uapi/linux/bpf.h>
+struct hop { u32 egress; u8 dst[6]; u8 src[6]; };
+BPF_ARRAY(hops, struct hop, MAX_IFINDEX);   // key: ingress ifindex (host order); value: egress + MACs
+BPF_DEVMAP(ports, MAX_IFINDEX);             // key: egress ifindex; value: the same ifindex
+int xdp_bare(struct xdp_md *ctx) {
+    void *data = (void *)(long)ctx->data, *end = (void *)(long)ctx->data_end;
+    u32 key = ctx->ingress_ifindex;
+    struct hop *h = hops.lookup(&key);
+    if (!h || !h->egress || data + 12 > end)
+        return XDP_PASS;
+    __builtin_memcpy(data, h->dst, 6);
+    __builtin_memcpy(data + 6, h->src, 6);
+    return ports.redirect_map(h->egress, 0);
+}
+"""
+
+
+def path_hops(spec: LabSpec, path: FabricPath) -> list[tuple]:
+    """(switch node, ingress interface, egress interface) from the sender's leaf to the
+    receiver's, following each switch's first next hop towards the receiver."""
+    from ipaddress import IPv4Address, IPv4Network
+    nodes = {n.name: n for n in spec.nodes}
+    sender = next(n for n in spec.hosts if n.netns == path.tx_ns)
+    iface = sender.interface(path.tx_if)
+    node, ingress = nodes[iface.peer_node], iface.peer_if
+    dst = IPv4Address(path.rx_ip)
+    hops = []
+    while node.role != "host":
+        routes = [r for r in spec.routes.get(node.name, []) if dst in IPv4Network(r.prefix)]
+        if not routes or len(hops) > 8:
+            raise ValueError(f"no route to {dst} on {node.name}")
+        best = max(routes, key=lambda r: IPv4Network(r.prefix).prefixlen)
+        egress = node.interface(best.nexthops[0])
+        hops.append((node, node.interface(ingress), egress))
+        node, ingress = nodes[egress.peer_node], egress.peer_if
+    return hops
+
+
+class BareForwarder:
+    """BARE_FORWARDER compiled and programmed for one path of a kernel-forwarding lab;
+    attach() puts it on every switch port, detach() takes it off (also on exit)."""
+
+    def __init__(self, spec: LabSpec, path: FabricPath):
+        self.spec, self.path = spec, path
+        self.attached: list[tuple[str, int]] = []
+        self.bpf = None
+
+    def __enter__(self):
+        from bcc import BPF            # heavy: only when the bare rows run
+        top = max(i.ifindex for n in self.spec.nodes for i in n.interfaces) + 1
+        self.bpf = BPF(text=BARE_FORWARDER, cflags=[f"-DMAX_IFINDEX={top}", "-w"])
+        self.fn = self.bpf.load_func("xdp_bare", BPF.XDP)
+        hops, ports = self.bpf["hops"], self.bpf["ports"]
+        for node, ingress, egress in path_hops(self.spec, self.path):
+            hops[hops.Key(ingress.ifindex)] = hops.Leaf(egress.ifindex, _mac(egress.peer_mac), _mac(egress.mac))
+            with in_netns(node.netns):     # a DEVMAP resolves the ifindex in the caller's namespace
+                ports[ports.Key(egress.ifindex)] = ports.Leaf(egress.ifindex)
+        return self
+
+    def attach(self) -> None:
+        from dataplane.bpfio import attach_xdp
+        for node in self.spec.switches:
+            for i in node.interfaces:
+                attach_xdp(node.netns, i.ifindex, self.fn.fd)
+                self.attached.append((node.netns, i.ifindex))
+
+    def detach(self) -> None:
+        from dataplane.bpfio import detach_xdp
+        while self.attached:
+            netns, ifindex = self.attached.pop()
+            try:
+                detach_xdp(netns, ifindex)
+            except Exception:       # the namespace may be gone: nothing left to detach
+                pass
+
+    def __exit__(self, *exc):
+        self.detach()
+        if self.bpf is not None:
+            self.bpf.cleanup()
+        return False
+
+
+def _mac(text: str):
+    import ctypes
+    return (ctypes.c_ubyte * 6)(*bytes.fromhex(text.replace(":", "")))
+
+
+@contextmanager
+def direct_path(model: FabricPath):
+    """The ceiling of any fabric: the same sender and receiver joined by ONE veth, no
+    switch at all (the receiver set up as a lab host: its address, GRO on, tx
+    checksum off). Frames carry `model`'s addresses, so the receiver's stack does the
+    same work for them as behind a fabric."""
+    with veth_pair("rlbf") as p:
+        for args in (["-n", p.rx_ns, "addr", "add", f"{model.rx_ip}/32", "dev", p.rx_if],
+                     ["-n", p.tx_ns, "addr", "add", f"{model.tx_ip}/32", "dev", p.tx_if]):
+            subprocess.run(["ip", *args], check=True, capture_output=True)
+        for ns, ifname in ((p.rx_ns, p.rx_if), (p.tx_ns, p.tx_if)):
+            subprocess.run(["ip", "netns", "exec", ns, "ethtool", "-K", ifname, "tx", "off", "gro", "on"],
+                           check=True, capture_output=True)
+        yield FabricPath(p.tx_ns, p.tx_if, _if_mac(p.tx_ns, p.tx_if), model.tx_ip,
+                         _if_mac(p.rx_ns, p.rx_if), p.rx_ns, p.rx_if, model.rx_ip)
+
+
+def _if_mac(ns: str, ifname: str) -> str:
+    out = subprocess.run(["ip", "-n", ns, "-j", "link", "show", "dev", ifname],
+                         check=True, capture_output=True, text=True).stdout
+    return json.loads(out)[0]["address"]
+
+
+# ---------------------------------------------------------------- the benchmark
+SIZES = (64, 1500)
+FLOWS = (1, 64)
+DEFAULT_SCALE = 0.1     # 400G ports x 0.1 = 40 Gb/s emulated: above what 2 cores push
+
+
+def _median(values: list[float]) -> float:
+    import statistics
+    return statistics.median(values)
+
+
+def bench_fabric(*, duration_s: float = 1.5, repeat: int = 3, scale: float = DEFAULT_SCALE,
+                 bare: bool = True, log=None) -> dict:
+    """Deploy the clos2 lab twice (XDP switches, kernel forwarding), flood one
+    leaf -> spine -> leaf path in each, alternating XDP and kernel `repeat` times per row
+    so both see the same machine load; rows: 64 and 1,500-byte frames x 1 and 64 flows x
+    port model off and on (virtual queue at `scale`). With `bare`, rows of the minimal
+    XDP forwarder (BARE_FORWARDER) on the kernel lab, next to the kernel again."""
+    import platform
+    import uuid
+    from pathlib import Path
+
+    from dataplane.lb import Fabric
+    from dataplane.runtime import labspec, lifecycle
+    from dataplane.topology.clab import read as load_topology
+
+    log = log or (lambda text: None)
+    lab_file = Path(__file__).resolve().parents[2] / "labs" / "clos2" / "clos2.clab.yml"
+    tag = uuid.uuid4().hex[:6]
+    specs = {}
+    for dataplane in ("xdp", "kernel"):
+        topo = load_topology(lab_file)
+        topo.name = f"bfab-{dataplane[0]}-{tag}"
+        specs[dataplane] = labspec.build(topo, str(lab_file), dataplane=dataplane)
+    load_before = os.getloadavg()
+    rows = []
+    try:
+        for spec in specs.values():
+            log(f"deploying {spec.name} ({spec.dataplane})")
+            lifecycle.deploy(spec)
+        paths = {dp: cross_leaf_path(spec) for dp, spec in specs.items()}
+        fabric = Fabric(specs["xdp"].name)
+
+        def one(dp: str, size: int, flows: int) -> dict:
+            return measure(paths[dp], frame_bytes=size, flows=flows, duration_s=duration_s)
+
+        for model in ("off", "on"):
+            fabric.set_port_model(scale=scale if model == "on" else 0.0, queue="virtual")
+            for size in SIZES:
+                for flows in FLOWS:
+                    runs = {"xdp": [], "kernel": []}
+                    for _ in range(repeat):
+                        for dp in runs:
+                            runs[dp].append(one(dp, size, flows))
+                    rows.append(_row("xdp", model, size, flows, runs["xdp"], runs["kernel"]))
+                    log(_row_text(rows[-1]))
+        if bare:
+            with direct_path(paths["kernel"]) as direct:
+                for size in SIZES:
+                    runs = {"direct": [], "kernel": []}
+                    for _ in range(repeat):
+                        runs["kernel"].append(one("kernel", size, 1))
+                        runs["direct"].append(measure(direct, frame_bytes=size, flows=1, duration_s=duration_s))
+                    rows.append(_row("direct", "-", size, 1, runs["direct"], runs["kernel"]))
+                    log(_row_text(rows[-1]))
+            with BareForwarder(specs["kernel"], paths["kernel"]) as forwarder:
+                for size in SIZES:
+                    for flows in FLOWS:
+                        runs = {"bare": [], "kernel": []}
+                        for _ in range(repeat):
+                            runs["kernel"].append(one("kernel", size, flows))
+                            forwarder.attach()
+                            try:
+                                runs["bare"].append(one("kernel", size, flows))
+                            finally:
+                                forwarder.detach()
+                        rows.append(_row("bare", "-", size, flows, runs["bare"], runs["kernel"]))
+                        log(_row_text(rows[-1]))
+    finally:
+        for spec in specs.values():
+            lifecycle.destroy(spec.name)
+    return {"bench": "fabric", "lab": "clos2 (labs/clos2: 4 leaves, 2 spines, 2 links per leaf-spine pair)",
+            "path": "srv1:nic0 -> leaf1 -> spine -> leaf2 -> srv3:nic0",
+            "sender": "trafgen (netsniff-ng), one process, UDP; counted at the receiving host port",
+            "duration_s": duration_s, "repeat": repeat, "port_model_scale": scale,
+            "port_model_speed_bps": int(400e9 * scale),
+            "machine": {"cpus": os.cpu_count(), "kernel": platform.release(),
+                        "loadavg_before": load_before, "loadavg_after": os.getloadavg()},
+            "rows": rows}
+
+
+def _row(dataplane: str, model: str, size: int, flows: int, fast: list[dict], kernel: list[dict]) -> dict:
+    xdp_pps = _median([r["pps"] for r in fast])
+    kernel_pps = _median([r["pps"] for r in kernel])
+    return {"dataplane": dataplane, "port_model": model, "frame_bytes": size, "flows": flows,
+            "xdp_pps": xdp_pps, "kernel_pps": kernel_pps,
+            "xdp_bps": _median([r["bps"] for r in fast]), "kernel_bps": _median([r["bps"] for r in kernel]),
+            "ratio": xdp_pps / kernel_pps if kernel_pps else None,
+            "xdp_pps_per_cpu": _median_of(fast, "pps_per_cpu"), "kernel_pps_per_cpu": _median_of(kernel, "pps_per_cpu"),
+            "ratio_per_cpu": _ratio(_median_of(fast, "pps_per_cpu"), _median_of(kernel, "pps_per_cpu")),
+            "xdp_pps_runs": [round(r["pps"]) for r in fast], "kernel_pps_runs": [round(r["pps"]) for r in kernel]}
+
+
+def _median_of(runs: list[dict], key: str) -> float | None:
+    values = [r[key] for r in runs if r.get(key)]
+    return _median(values) if values else None
+
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    return a / b if a and b else None
+
+
+def _row_text(row: dict) -> str:
+    return (f"{row['dataplane']} model {row['port_model']} {row['frame_bytes']} B x {row['flows']}: "
+            f"{row['xdp_pps'] / 1e3:.0f} vs kernel {row['kernel_pps'] / 1e3:.0f} kpps")
