@@ -23,6 +23,7 @@ def describe(spec) -> dict:
         "name": spec.name,
         "source": spec.source,
         "runtime": spec.runtime,
+        "dataplane": spec.dataplane,
         "nodes": [
             {
                 "name": n.name, "role": "external" if n.external else n.role, "netns": n.netns,
@@ -84,7 +85,7 @@ def run(args) -> int:
     if args.json:
         print(json.dumps(data, indent=2))
         return 0
-    title = f"lab {data['name']} ({data['status']}, {data['runtime']} runtime)"
+    title = f"lab {data['name']} ({data['status']}, {data['runtime']} runtime, {data['dataplane']} forwarding)"
     if data["status"] == "broken":
         title += f": its agent or namespaces are gone; railab destroy {data['name']}"
     table = Table(title=title)
