@@ -17,7 +17,7 @@ from dataplane.netns_util import in_netns
 from dataplane.pathtrace import FlowKey, trace
 from dataplane.progtest import prog_test_run
 from dataplane.realqueue import NamespaceQueues
-from dataplane.runtime.labspec import LabSpec
+from dataplane.runtime.labspec import XDP_ATTACH_MODE, LabSpec
 from dataplane.settings import merged
 from dataplane.switch_dataplane import GroupState
 
@@ -138,6 +138,10 @@ class SwitchProgrammer:
             raise ValueError(f"buffer_bytes must be between 1 and {MAX_BUFFER_BYTES:,}")
         if not -1 <= pm["ecn_bytes"] <= MAX_BUFFER_BYTES:
             raise ValueError("ecn_bytes must be -1 (never mark) or between 0 and the buffer size")
+        if pm["queue"] == "real" and self.spec.dataplane != "xdp":
+            raise ValueError(f"a real queue needs native XDP (--dataplane xdp): this lab attaches "
+                             f"in {self.spec.dataplane} mode, where frames handed up to a port's "
+                             "shaper do not reach it")
         if pm["queue"] == "real" and pm["scale"] == 0:
             raise ValueError("a real queue needs the port model on (scale > 0)")
         if pm["scale"] > 0:
@@ -415,9 +419,10 @@ class SwitchProgrammer:
         return gid
 
     def attach(self, attach_xdp) -> None:
+        mode = XDP_ATTACH_MODE[self.spec.dataplane]
         for node in self.spec.switches:
             for iface in node.interfaces:
-                attach_xdp(node.netns, iface.ifindex, self.dp.prog_fd)
+                attach_xdp(node.netns, iface.ifindex, self.dp.prog_fd, mode=mode)
 
     def trace(self, flow: dict) -> dict:
         """The path the data plane picks for one flow (see dataplane.pathtrace)."""

@@ -335,7 +335,9 @@ def run_fabric(args) -> int:
     for col in ("fast side", "port model", "frame", "flows", "fast", "kernel", "fast / kernel",
                 "kpps per CPU-s: fast", "kernel", "ratio", "fast runs kpps", "kernel runs kpps"):
         table.add_column(col, justify="left" if col in ("fast side", "port model") else "right", no_wrap=True)
-    names = {"xdp": "railab XDP", "bare": "bare XDP forwarder", "direct": "no switch (1 veth)"}
+    names = {"xdp": "railab XDP (native)", "xdp-generic": "railab XDP (generic)",
+             "bare": "bare XDP forwarder (native)", "bare-generic": "bare XDP forwarder (generic)",
+             "direct": "no switch (1 veth)"}
     for r in result["rows"]:
         rate = (lambda pps, bps: f"{pps / 1e3:,.0f} kpps" if r["frame_bytes"] < 1000 else f"{bps / 1e9:.2f} Gb/s")
         table.add_row(names[r["dataplane"]],

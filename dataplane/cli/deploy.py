@@ -23,9 +23,11 @@ def register(sub) -> None:
 
 def add_dataplane_option(p) -> None:
     p.add_argument("--dataplane", choices=DATAPLANES, default="xdp",
-                   help="xdp (default): railab's XDP program forwards in every switch; kernel: "
-                        "Linux IP forwarding with the controller's routes as multipath kernel "
-                        "routes (L4 hash), no XDP -- the baseline to compare with")
+                   help="xdp (default): railab's XDP program forwards in every switch, attached "
+                        "in native mode; xdp-generic: the same program in generic (skb) mode, "
+                        "faster on veth pairs (railab bench fabric); kernel: Linux IP forwarding "
+                        "with the controller's routes as multipath kernel routes (L4 hash), no "
+                        "XDP -- the baseline to compare with")
 
 
 def check_dataplane(runtime: str, dataplane: str) -> None:

@@ -25,9 +25,12 @@ NETNS_PREFIX = "railab-"
 CLAB_NETNS_PREFIX = "clab-"
 FIRST_IFINDEX = 100  # leaves room below for lo and anything the kernel adds
 RUNTIMES = ("netns", "containerlab")
-# Who forwards in the switches: railab's XDP program, or Linux's own IP forwarding with the
-# controller's routes as multipath kernel routes (the baseline railab is compared with).
-DATAPLANES = ("xdp", "kernel")
+# Who forwards in the switches: railab's XDP program attached in native (driver) mode, the
+# same program in generic (skb) mode -- on veth pairs the faster of the two, see the
+# README's "Forwarding rate" -- or Linux's own IP forwarding with the controller's routes
+# as multipath kernel routes (the baseline railab is compared with).
+DATAPLANES = ("xdp", "xdp-generic", "kernel")
+XDP_ATTACH_MODE = {"xdp": "drv", "xdp-generic": "generic"}
 
 
 def netns_name(lab: str, node: str, runtime: str = "netns") -> str:
@@ -115,7 +118,7 @@ class LabSpec:
     host_nics: dict[str, list[HostNicSpec]]
     segments: list[str]
     runtime: str = "netns"       # who makes namespaces and links: netns | containerlab
-    dataplane: str = "xdp"       # who forwards in the switches: xdp | kernel
+    dataplane: str = "xdp"       # who forwards in the switches: xdp | xdp-generic | kernel
 
     # Indexes over nodes and ports, built on first use. The spec is fixed once built, but
     # for one step: the containerlab runtime adopts the ifindexes the kernel gave its

@@ -253,11 +253,11 @@ class BareForwarder:
                 ports[ports.Key(egress.ifindex)] = ports.Leaf(egress.ifindex)
         return self
 
-    def attach(self) -> None:
+    def attach(self, mode: str = "drv") -> None:
         from dataplane.bpfio import attach_xdp
         for node in self.spec.switches:
             for i in node.interfaces:
-                attach_xdp(node.netns, i.ifindex, self.fn.fd)
+                attach_xdp(node.netns, i.ifindex, self.fn.fd, mode=mode)
                 self.attached.append((node.netns, i.ifindex))
 
     def detach(self) -> None:
@@ -317,9 +317,9 @@ def _median(values: list[float]) -> float:
 
 def bench_fabric(*, duration_s: float = 1.5, repeat: int = 3, scale: float = DEFAULT_SCALE,
                  bare: bool = True, log=None) -> dict:
-    """Deploy the clos2 lab twice (XDP switches, kernel forwarding), flood one
-    leaf -> spine -> leaf path in each, alternating XDP and kernel `repeat` times per row
-    so both see the same machine load; rows: 64 and 1,500-byte frames x 1 and 64 flows x
+    """Deploy the clos2 lab three times (XDP switches attached natively, the same in
+    generic mode, kernel forwarding), flood one leaf -> spine -> leaf path in each, in
+    turn `repeat` times per row so all see the same machine load; rows: 64 and 1,500-byte frames x 1 and 64 flows x
     port model off and on (virtual queue at `scale`). With `bare`, rows of the minimal
     XDP forwarder (BARE_FORWARDER) on the kernel lab, next to the kernel again."""
     import platform
@@ -334,9 +334,9 @@ def bench_fabric(*, duration_s: float = 1.5, repeat: int = 3, scale: float = DEF
     lab_file = Path(__file__).resolve().parents[2] / "labs" / "clos2" / "clos2.clab.yml"
     tag = uuid.uuid4().hex[:6]
     specs = {}
-    for dataplane in ("xdp", "kernel"):
+    for dataplane in ("xdp", "xdp-generic", "kernel"):
         topo = load_topology(lab_file)
-        topo.name = f"bfab-{dataplane[0]}-{tag}"
+        topo.name = f"bfab-{dataplane.replace('xdp-generic', 'g')[0]}-{tag}"
         specs[dataplane] = labspec.build(topo, str(lab_file), dataplane=dataplane)
     load_before = os.getloadavg()
     rows = []
@@ -345,21 +345,22 @@ def bench_fabric(*, duration_s: float = 1.5, repeat: int = 3, scale: float = DEF
             log(f"deploying {spec.name} ({spec.dataplane})")
             lifecycle.deploy(spec)
         paths = {dp: cross_leaf_path(spec) for dp, spec in specs.items()}
-        fabric = Fabric(specs["xdp"].name)
 
         def one(dp: str, size: int, flows: int) -> dict:
             return measure(paths[dp], frame_bytes=size, flows=flows, duration_s=duration_s)
 
         for model in ("off", "on"):
-            fabric.set_port_model(scale=scale if model == "on" else 0.0, queue="virtual")
+            for dp in ("xdp", "xdp-generic"):
+                Fabric(specs[dp].name).set_port_model(scale=scale if model == "on" else 0.0, queue="virtual")
             for size in SIZES:
                 for flows in FLOWS:
-                    runs = {"xdp": [], "kernel": []}
+                    runs = {"xdp": [], "xdp-generic": [], "kernel": []}
                     for _ in range(repeat):
                         for dp in runs:
                             runs[dp].append(one(dp, size, flows))
-                    rows.append(_row("xdp", model, size, flows, runs["xdp"], runs["kernel"]))
-                    log(_row_text(rows[-1]))
+                    for dp in ("xdp", "xdp-generic"):
+                        rows.append(_row(dp, model, size, flows, runs[dp], runs["kernel"]))
+                        log(_row_text(rows[-1]))
         if bare:
             with direct_path(paths["kernel"]) as direct:
                 for size in SIZES:
@@ -372,16 +373,18 @@ def bench_fabric(*, duration_s: float = 1.5, repeat: int = 3, scale: float = DEF
             with BareForwarder(specs["kernel"], paths["kernel"]) as forwarder:
                 for size in SIZES:
                     for flows in FLOWS:
-                        runs = {"bare": [], "kernel": []}
+                        runs = {"bare": [], "bare-generic": [], "kernel": []}
                         for _ in range(repeat):
                             runs["kernel"].append(one("kernel", size, flows))
-                            forwarder.attach()
-                            try:
-                                runs["bare"].append(one("kernel", size, flows))
-                            finally:
-                                forwarder.detach()
-                        rows.append(_row("bare", "-", size, flows, runs["bare"], runs["kernel"]))
-                        log(_row_text(rows[-1]))
+                            for name, mode in (("bare", "drv"), ("bare-generic", "generic")):
+                                forwarder.attach(mode)
+                                try:
+                                    runs[name].append(one("kernel", size, flows))
+                                finally:
+                                    forwarder.detach()
+                        for name in ("bare", "bare-generic"):
+                            rows.append(_row(name, "-", size, flows, runs[name], runs["kernel"]))
+                            log(_row_text(rows[-1]))
     finally:
         for spec in specs.values():
             lifecycle.destroy(spec.name)
