@@ -101,28 +101,47 @@ class ControlServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
         return {"held": len(r.ifindexes)}
 
 
-def _serve_kernel_lab(spec, ready) -> int:
+def _start_kernel_lab(lab: str, spec) -> tuple[ControlServer, str] | None:
     """A `--dataplane kernel` lab: nothing to compile or attach (the runtime put the kernel
     routes in); serve counters and the ECMP settings, refuse the rest with the reason."""
-    try:
-        if sys.stdin.readline().strip() != "go":
-            return 1
-        sock = state.agent_socket(spec.name)
-        if sock.exists():
-            sock.unlink()
-        server = ControlServer(str(sock), KernelSwitches(spec))
-        server.monitor_absent = ("the lab forwards with the kernel (--dataplane kernel): "
-                                 "failover notices and ARN need the XDP dataplane")
-    except Exception as err:
-        traceback.print_exc()
-        ready.write(f"error: {type(err).__name__}: {err}\n")
-        ready.close()
-        return 1
-    ready.write("ready\n")
-    ready.close()
-    print(f"agent for lab {spec.name} ready (kernel forwarding)", flush=True)
-    server.serve_forever()
-    return 0
+    if sys.stdin.readline().strip() != "go":
+        return None
+    server = ControlServer(_fresh_socket(spec.name), KernelSwitches(spec))
+    server.monitor_absent = ("the lab forwards with the kernel (--dataplane kernel): "
+                             "failover notices and ARN need the XDP dataplane")
+    return server, "kernel forwarding"
+
+
+def _start_xdp_lab(lab: str, spec) -> tuple[ControlServer, str] | None:
+    """Compile (while the runtime builds the lab), then on "go" pin, program, attach and
+    start the fabric monitor."""
+    ports = sum(len(n.interfaces) for n in spec.switches)
+    routes = sum(len(r) for r in spec.routes.values())
+    # room for learned /32 host routes on every switch (ARP-to-host-route) and for
+    # the more specific copies ARN exclusions may add
+    host_ports = sum(len(nic.ports) for nics in spec.host_nics.values() for nic in nics)
+    routes += host_ports * len(spec.switches) + 64
+    dp = SwitchDataplane(max_ports=max(64, ports + 1), max_routes=max(256, routes + 1))
+    if sys.stdin.readline().strip() != "go":
+        return None
+    # Re-read: a runtime may have learned the ports' ifindexes while the program compiled
+    # (containerlab makes the veths; the counts the compile used do not change).
+    spec = state.load(lab).spec
+    dp.pin(str(state.pin_dir(spec.name)))
+    programmer = SwitchProgrammer(spec, dp)
+    programmer.program()
+    programmer.attach(attach_xdp)
+    server = ControlServer(_fresh_socket(spec.name), programmer)
+    server.monitor = FabricMonitor(programmer, server.lock)
+    server.monitor.start()
+    return server, f"{len(programmer.routing.groups)} groups"
+
+
+def _fresh_socket(lab: str) -> str:
+    sock = state.agent_socket(lab)
+    if sock.exists():
+        sock.unlink()
+    return str(sock)
 
 
 def main(argv=None) -> int:
@@ -137,30 +156,11 @@ def main(argv=None) -> int:
         if lab_state is None:
             raise RuntimeError(f"no state file for lab {args.lab}")
         spec = lab_state.spec
-        if spec.dataplane == "kernel":
-            return _serve_kernel_lab(spec, ready)
-        ports = sum(len(n.interfaces) for n in spec.switches)
-        routes = sum(len(r) for r in spec.routes.values())
-        # room for learned /32 host routes on every switch (ARP-to-host-route) and for
-        # the more specific copies ARN exclusions may add
-        host_ports = sum(len(nic.ports) for nics in spec.host_nics.values() for nic in nics)
-        routes += host_ports * len(spec.switches) + 64
-        dp = SwitchDataplane(max_ports=max(64, ports + 1), max_routes=max(256, routes + 1))
-        if sys.stdin.readline().strip() != "go":
+        start = _start_kernel_lab if spec.dataplane == "kernel" else _start_xdp_lab
+        started = start(args.lab, spec)
+        if started is None:
             return 1
-        # Re-read: a runtime may have learned the ports' ifindexes while the program compiled
-        # (containerlab makes the veths; the counts the compile used do not change).
-        spec = state.load(args.lab).spec
-        dp.pin(str(state.pin_dir(spec.name)))
-        programmer = SwitchProgrammer(spec, dp)
-        programmer.program()
-        programmer.attach(attach_xdp)
-        sock = state.agent_socket(spec.name)
-        if sock.exists():
-            sock.unlink()
-        server = ControlServer(str(sock), programmer)
-        server.monitor = FabricMonitor(programmer, server.lock)
-        server.monitor.start()
+        server, note = started
     except Exception as err:
         traceback.print_exc()
         ready.write(f"error: {type(err).__name__}: {err}\n")
@@ -168,7 +168,6 @@ def main(argv=None) -> int:
         return 1
     ready.write("ready\n")
     ready.close()
-    print(f"agent for lab {spec.name} ready: {len(programmer.routing.groups)} groups", flush=True)
+    print(f"agent for lab {spec.name} ready: {note}", flush=True)
     server.serve_forever()
     return 0
-

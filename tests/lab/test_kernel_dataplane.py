@@ -161,3 +161,31 @@ def test_dual_plane_lab_forwards_with_the_kernel():
     finally:
         lifecycle.destroy(spec.name)
     assert not leftovers(spec.name, spec)
+
+
+def test_xdp_generic_lab_forwards_in_generic_mode_and_refuses_real_queues():
+    from dataplane.bpfio import attached_xdp
+    from dataplane.lb import Fabric
+
+    topo = load_topology(shipped("clos2"))
+    topo.name = unique_name("xgen")
+    spec = build(topo, str(shipped("clos2")), dataplane="xdp-generic")
+    try:
+        lifecycle.deploy(spec)
+        for switch in spec.switches:
+            for iface in switch.interfaces:
+                assert attached_xdp(switch.netns, iface.ifindex)[0] == "generic", (switch.name, iface.name)
+        before = client.counters(spec.name)
+        result = run_probe(spec)
+        assert result.ok == result.pairs == 112, result.failed[:5]
+        redirected = client.counters(spec.name).minus(before).verdicts["redirect"]["packets"]
+        assert redirected >= 112            # every probe crossed XDP switches
+        Fabric(spec.name).set_mode("spray-rr", role="leaf")
+        Fabric(spec.name).set_port_model(scale=0.1, queue="virtual")
+        assert run_probe(spec).failed == []
+        proc = railab("lb", "port-model", spec.name, "--scale", "0.1", "--queue", "real", check=False)
+        assert proc.returncode != 0 and "needs native XDP" in proc.stderr
+        assert len(proc.stderr.strip().splitlines()) == 1
+    finally:
+        lifecycle.destroy(spec.name)
+    assert not leftovers(spec.name, spec)
