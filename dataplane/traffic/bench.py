@@ -101,6 +101,27 @@ def measure_railab(p: VethPair, *, pps: float | None, duration_s: float = 2.0,
             "errors": rep.errors, "runq_wait_s": rep.runq_wait_s}
 
 
+def stop_group(proc: subprocess.Popen) -> None:
+    """Stop a process started with start_new_session=True and everything in its group:
+    trafgen's -P worker outlives a signal to its parent alone."""
+    for sig in (signal.SIGINT, signal.SIGKILL):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            break
+        try:
+            proc.wait(timeout=3)
+        except subprocess.TimeoutExpired:
+            continue
+        # the leader is gone; its worker may not be
+        try:
+            os.killpg(proc.pid, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.1)
+    proc.wait()
+
+
 def trafgen_config(frame: bytes) -> str:
     return "{ " + ", ".join(f"0x{b:02x}" for b in frame) + " }\n"
 
@@ -122,7 +143,8 @@ def measure_trafgen(p: VethPair, *, duration_s: float = 2.0, frame_bytes: int = 
         # --no-sock-mem / -Q: leave global socket-memory sysctls and IRQ affinity alone
         proc = subprocess.Popen(["ip", "netns", "exec", p.tx_ns, trafgen, "--dev", p.tx_if,
                                  "--conf", cfg, "-P", "1", "--no-sock-mem", "-Q"],
-                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                start_new_session=True)
         time.sleep(warmup_s)
         if proc.poll() is not None:
             return {"error": f"trafgen exited: {proc.stderr.read().decode()[-200:]}"}
@@ -131,13 +153,8 @@ def measure_trafgen(p: VethPair, *, duration_s: float = 2.0, frame_bytes: int = 
         r1, t1 = rx_packets(p.rx_ns, p.rx_if), time.monotonic()
         return {"rx_pps": (r1 - r0) / (t1 - t0), "received": r1 - r0}
     finally:
-        if proc is not None and proc.poll() is None:
-            proc.send_signal(signal.SIGINT)
-            try:
-                proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        if proc is not None:
+            stop_group(proc)
         os.unlink(cfg)
 
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import subprocess
 import tempfile
 import time
@@ -19,7 +18,7 @@ from ipaddress import IPv4Interface
 
 from dataplane.netns_util import in_netns
 from dataplane.runtime.labspec import LabSpec
-from dataplane.traffic.bench import TRAFGEN, link_stats, veth_pair
+from dataplane.traffic.bench import TRAFGEN, link_stats, stop_group, veth_pair
 
 FIRST_SPORT = 10000
 DPORT = 9     # discard: nothing listens, the receiver's stack drops it (ICMP replies rate-limited)
@@ -85,25 +84,6 @@ def rx_counts(ns: str, ifname: str) -> tuple[int, int]:
     return int(rx["packets"]), int(rx["bytes"])
 
 
-def _stop_group(proc: subprocess.Popen) -> None:
-    for sig in (signal.SIGINT, signal.SIGKILL):
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            break
-        try:
-            proc.wait(timeout=3)
-        except subprocess.TimeoutExpired:
-            continue
-        # the leader is gone; its worker may not be
-        try:
-            os.killpg(proc.pid, 0)
-        except ProcessLookupError:
-            break
-        time.sleep(0.1)
-    proc.wait()
-
-
 def measure(path: FabricPath, *, frame_bytes: int, flows: int, duration_s: float = 2.0,
             warmup_s: float = 0.5, trafgen: str = TRAFGEN, cpu: int | None = None) -> dict:
     """Flood with trafgen (one process) for warm-up + duration; returns packets/s and
@@ -136,7 +116,7 @@ def measure(path: FabricPath, *, frame_bytes: int, flows: int, duration_s: float
         cpu1 = _cpu_ns(workers)
     finally:
         if proc is not None:
-            _stop_group(proc)
+            stop_group(proc)
         os.unlink(cfg)
     seconds = t1 - t0
     packets = p1 - p0
