@@ -306,6 +306,12 @@ def active(lab: str) -> dict:
     return _load(lab)
 
 
+def recorded(lab: str) -> dict:
+    """The faults recorded in the lab's state directory, without reading its spec (for
+    pollers that ask often: `railab ui`)."""
+    return _load(lab)
+
+
 CLEAR_SETTLE_S = 2.0
 
 

@@ -21,6 +21,8 @@ APT_PACKAGES=(
     python3 python3-venv python3-pip python3-setuptools python3-wheel
     python3-bpfcc python3-pyroute2 python3-scapy python3-yaml python3-jsonschema
     python3-rich python3-matplotlib
+    # railab ui: web server, and the browser its test drives (headless)
+    python3-aiohttp chromium chromium-driver python3-selenium
     # test runner and plugins
     python3-pytest python3-hypothesis python3-pytest-timeout python3-pytest-rerunfailures
     # bcc and what it compiles with
@@ -74,7 +76,7 @@ bash "$ROOT/scripts/setup-containerlab.sh"
 
 "$VENV/bin/python" - <<'EOF' || { echo "setup: python dependencies are missing or too old" >&2; exit 1; }
 from importlib.metadata import version
-import bcc, pyroute2, scapy, yaml, jsonschema, rich, matplotlib, pytest, hypothesis  # noqa: F401
+import bcc, pyroute2, scapy, yaml, jsonschema, rich, matplotlib, pytest, hypothesis, aiohttp, selenium  # noqa: F401
 from yaml import CSafeLoader  # noqa: F401  (libyaml: the pure-Python loader is 10x slower)
 import dataplane.cli.main  # noqa: F401
 EOF

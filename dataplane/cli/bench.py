@@ -62,6 +62,12 @@ def register(sub) -> None:
     q.add_argument("--duration", type=_positive(float), default=3.0, help="seconds per measurement")
     q.add_argument("--json", action="store_true")
     q.set_defaults(func=run_queue)
+    u = which.add_parser("ui", help="railab ui's updates and CPU on the 56-node dual-plane lab")
+    u.add_argument("--duration", type=_positive(float), default=30.0, help="seconds subscribed")
+    u.add_argument("--interval", type=_positive(float), default=0.5, help="seconds between updates")
+    u.add_argument("--lab", help="measure on this deployed lab instead of deploying the 56-node one")
+    u.add_argument("--json", action="store_true")
+    u.set_defaults(func=run_ui)
 
 
 def _mem_used_kib() -> int:
@@ -364,3 +370,29 @@ def _fmt_ratio(value) -> str:
 
 def _fmt_kilo(value) -> str:
     return f"{value / 1e3:,.0f}" if value else "-"
+
+
+def run_ui(args) -> int:
+    import json
+
+    from rich.table import Table
+
+    from dataplane.runtime import lifecycle
+    from dataplane.ui.bench import bench_ui
+
+    lifecycle.require_root()
+    result = bench_ui(duration_s=args.duration, interval_s=args.interval, lab=args.lab)
+    if args.json:
+        print(json.dumps(result, indent=2))
+        return 0
+    table = Table(title=f"railab bench ui ({result['lab']}: {result['nodes']} nodes, {result['links']} links, "
+                        f"{result['switch_ports']} switch ports; one WebSocket subscriber)")
+    for col in ("updates/s (wanted)", "longest gap", "update size", "server CPU", "agent CPU", "window"):
+        table.add_column(col, justify="right")
+    table.add_row(f"{result['updates_per_s']:g} ({result['expected_updates_per_s']:g})",
+                  f"{result['max_gap_s']} s", f"{result['message_bytes']:,} B",
+                  f"{result['server_cpu_percent']:.1f} % of a core",
+                  "-" if result["agent_cpu_percent"] is None else f"{result['agent_cpu_percent']:.1f} % of a core",
+                  f"{result['window_s']} s")
+    output_console().print(table)
+    return 0

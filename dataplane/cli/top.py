@@ -109,8 +109,11 @@ def compute_rows(prev: CounterSnapshot | None, cur: CounterSnapshot, dt: float,
         else:
             tx = _grown(c.tx_bytes, p.tx_bytes) * 8 / dt
             rx = _grown(c.rx_bytes, p.rx_bytes) * 8 / dt
-            drops_delta = {r: _grown(n, p.drops.get(r, 0)) for r, n in c.drops.items()}
-            drops_delta = {r: n for r, n in drops_delta.items() if n}
+            if c.drops == p.drops:          # the common case, compared in C: no drop since
+                drops_delta = {}
+            else:
+                drops_delta = {r: _grown(n, p.drops.get(r, 0)) for r, n in c.drops.items()}
+                drops_delta = {r: n for r, n in drops_delta.items() if n}
             ecn = _grown(c.ecn_marked, p.ecn_marked)
         rows.append(PortRow(
             switch=switch, port=port, peer=info.get("peer", ""),

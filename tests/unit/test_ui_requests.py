@@ -1,0 +1,170 @@
+"""railab ui's request checks (pure), its per-tick computation on synthetic counters, and the
+server's guard (token, read-only, bad bodies) against a lab recorded in a temporary state
+directory with no agent: a refused write never reaches the lab."""
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import pytest
+from aiohttp.test_utils import TestClient, TestServer
+
+from dataplane.agent.protocol import CounterSnapshot, PortCounters, SwitchCounters
+from dataplane.cli import top
+from dataplane.runtime import state
+from dataplane.runtime.labspec import build
+from dataplane.topology.clab import read
+from dataplane.ui import live, runs, server
+from dataplane.ui.layout import layout
+from dataplane.ui.validate import BadRequest, fault_request, lb_request, run_request
+
+LABS = Path(__file__).resolve().parents[2] / "labs"
+
+
+@pytest.fixture(scope="module")
+def spec():
+    topo = read(LABS / "dual-plane" / "dual-plane.clab.yml")
+    topo.name = "ui-unit"
+    return build(topo)
+
+
+def test_lb_request(spec):
+    assert lb_request({"mode": "spray-rr", "role": "leaf"}, spec) == {"mode": "spray-rr", "role": "leaf"}
+    assert lb_request({"mode": "flowlet", "switch": "p0-spine1"}, spec) == {"mode": "flowlet", "switch": "p0-spine1"}
+    for body, words in [({"mode": "spray-rr"}, "role or switch"),
+                        ({"mode": "nope", "role": "leaf"}, "not one of"),
+                        ({"mode": "ecmp", "role": "core"}, "no 'core' switches"),
+                        ({"mode": "ecmp", "switch": "srv1"}, "no switch 'srv1'"),
+                        ({"mode": "ecmp", "role": "leaf", "switch": "p0-spine1"}, "either"),
+                        ({"mode": "ecmp", "role": "leaf", "extra": 1}, "unknown field extra"),
+                        ([1], "JSON object"), ({"mode": 3, "role": "leaf"}, "non-empty string")]:
+        with pytest.raises(BadRequest, match=words) as err:
+            lb_request(body, spec)
+        assert err.value.status == 400
+
+
+def test_fault_request(spec):
+    assert fault_request({"fault": "link-down", "a": "p0-spine1:down1"}, spec) == \
+        {"fault": "link-down", "a": "p0-spine1:down1", "b": "p0-leaf1-r0:up1"}
+    assert fault_request({"fault": "switch-up", "switch": "p1-spine2"}, spec) == {"fault": "switch-up", "switch": "p1-spine2"}
+    assert fault_request({"fault": "plane-down", "plane": 1}, spec) == {"fault": "plane-down", "plane": 1}
+    assert fault_request({"fault": "clear"}, spec) == {"fault": "clear"}
+    for body, words in [({"fault": "link-down", "a": "p0-spine1:down99"}, "no interface"),
+                        ({"fault": "link-down", "a": "p0-spine1:down1", "b": "p0-leaf1-r1:up1"}, "linked to"),
+                        ({"fault": "link-down"}, "takes a"),
+                        ({"fault": "switch-down", "switch": "srv1"}, "no switch"),
+                        ({"fault": "switch-down", "switch": "p0-spine1", "a": "x:y"}, "takes switch"),
+                        ({"fault": "plane-down", "plane": 2}, "not one of"),
+                        ({"fault": "plane-down", "plane": True}, "not one of"),
+                        ({"fault": "degrade", "port": "x"}, "unknown field port"),
+                        ({"fault": "degrade"}, "not one of"),
+                        ({"fault": "clear", "plane": 0}, "takes no other field")]:
+        with pytest.raises(BadRequest, match=words):
+            fault_request(body, spec)
+
+
+def test_run_request():
+    files = {"classroom.yml": Path("experiments/classroom.yml")}
+    assert run_request({"experiment": "classroom.yml"}, files) == "classroom.yml"
+    for body in ({"experiment": "../etc/passwd"}, {"experiment": "/tmp/x.yml"}, {}, {"file": "classroom.yml"}):
+        with pytest.raises(BadRequest):
+            run_request(body, files)
+
+
+def test_experiment_files_are_the_shipped_ones():
+    names = runs.experiment_files(LABS.parent / "experiments")
+    assert "classroom.yml" in names and "ecmp-vs-spray.yml" in names
+
+
+def _snapshot(spec, t_bytes: dict, down: set = frozenset()) -> CounterSnapshot:
+    """Every switch port with tx/rx bytes from t_bytes[(switch, port)] = (tx, rx)."""
+    switches = {}
+    for node in spec.switches:
+        ports = {i.name: PortCounters(tx_bytes=t_bytes.get((node.name, i.name), (0, 0))[0],
+                                      rx_bytes=t_bytes.get((node.name, i.name), (0, 0))[1],
+                                      speed_bps=10_000_000, nominal_speed_bps=400_000_000_000)
+                 for i in node.interfaces}
+        switches[node.name] = SwitchCounters(ports, {})
+    return CounterSnapshot(switches)
+
+
+def test_frame_reads_each_direction_where_it_is_sent(spec):
+    links = layout(spec)["links"]
+    before = _snapshot(spec, {})
+    # leaf sends 500 kB down to srv1 in 1 s (4 Mb/s of 10 Mb/s); srv1 sends 250 kB up
+    # (read at the leaf's rx); the leaf's uplink to the spine sends 1.25 MB (10 Mb/s: full)
+    after = _snapshot(spec, {("p0-leaf1-r0", "down1"): (500_000, 250_000),
+                             ("p0-leaf1-r0", "up1"): (1_250_000, 0)})
+    rows = top.compute_rows(before, after, 1.0)
+    port_up = {n.name: {i.name: True for i in n.interfaces} for n in spec.switches}
+    port_up["p0-spine1"]["down1"] = False
+    out = live.named(links, live.frame(links, rows, port_up, after, stamp=0.0, dt=1.0))
+    host_link = out["links"]["p0-leaf1-r0:down1>srv1:nic0a"]
+    assert host_link == {"down_util": 0.4, "up_util": 0.2, "down_bps": 4_000_000, "up_bps": 2_000_000, "state": "up"}
+    uplink = out["links"]["p0-spine1:down1>p0-leaf1-r0:up1"]
+    assert uplink["up_util"] == 1.0 and uplink["down_util"] == 0.0 and uplink["state"] == "down"
+    idle = [l for i, l in out["links"].items() if i not in ("p0-leaf1-r0:down1>srv1:nic0a", "p0-spine1:down1>p0-leaf1-r0:up1")]
+    assert len(idle) == len(links) - 2 and all(l["down_bps"] == l["up_bps"] == 0 for l in idle)
+    assert all(l["state"] == "up" for l in idle)
+
+
+# ---------------------------------------------------------------- the server's guard
+@pytest.fixture
+def recorded_lab(tmp_path, monkeypatch, spec):
+    monkeypatch.setattr(state, "STATE_ROOT", tmp_path)
+    state.LabState(spec, "up").save()
+    return spec.name
+
+
+def _call(settings, method, path, **kw):
+    async def go():
+        async with TestClient(TestServer(server.make_app(settings))) as client:
+            reply = await client.request(method, path, **kw)
+            return reply.status, await reply.json()
+    return asyncio.run(go())
+
+
+def test_write_needs_the_token(recorded_lab):
+    settings = server.Settings(token="sekrit")
+    body = json.dumps({"mode": "spray-rr", "role": "leaf"})
+    status, reply = _call(settings, "POST", f"/api/labs/{recorded_lab}/lb", data=body)
+    assert status == 403 and "token" in reply["error"]
+    status, reply = _call(settings, "POST", f"/api/labs/{recorded_lab}/lb", data=body,
+                          headers={server.TOKEN_HEADER: "wrong"})
+    assert status == 403
+    # with the token the request passes the guard and reaches the lab (which has no agent here)
+    status, reply = _call(settings, "POST", f"/api/labs/{recorded_lab}/lb?token=sekrit", data=body)
+    assert status == 400 and "agent is not running" in reply["error"]
+
+
+def test_read_only_refuses_every_write(recorded_lab):
+    settings = server.Settings(token="sekrit", read_only=True)
+    for path in ("lb", "fault", "run", "run/stop"):
+        status, reply = _call(settings, "POST", f"/api/labs/{recorded_lab}/{path}", data="{}",
+                              headers={server.TOKEN_HEADER: "sekrit"})
+        assert status == 403 and "read-only" in reply["error"]
+
+
+def test_bad_requests_are_json_4xx(recorded_lab):
+    settings = server.Settings(token="t")
+    h = {server.TOKEN_HEADER: "t"}
+    assert _call(settings, "POST", f"/api/labs/{recorded_lab}/lb", data="not json", headers=h) == \
+        (400, {"error": "the body is not JSON"})
+    status, reply = _call(settings, "POST", f"/api/labs/{recorded_lab}/fault", data='{"fault": "melt"}', headers=h)
+    assert status == 400 and "not one of" in reply["error"]
+    status, reply = _call(settings, "GET", "/api/labs/no-such-lab/layout")
+    assert status == 404 and "not deployed" in reply["error"]
+    status, reply = _call(settings, "GET", "/api/labs/bad.name/layout")
+    assert status == 404
+    status, reply = _call(settings, "GET", f"/api/labs/{recorded_lab}/switches/srv1")
+    assert status == 404 and "no switch" in reply["error"]
+    status, reply = _call(settings, "GET", f"/api/labs/{recorded_lab}/layout")
+    assert status == 200 and len(reply["links"]) == 64
+
+
+def test_foreign_host_names_are_refused(recorded_lab):
+    settings = server.Settings(token="t", allowed_hosts=server.loopback_names("127.0.0.1"))
+    status, reply = _call(settings, "GET", "/api/labs", headers={"Host": "attacker.example:8080"})
+    assert status == 403
+    assert server.loopback_names("0.0.0.0") is None
