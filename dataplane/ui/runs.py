@@ -12,6 +12,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -41,7 +42,7 @@ def _record(lab: str) -> dict | None:
 
 def _save(lab: str, record: dict) -> None:
     path = _dir(lab) / "run.json"
-    tmp = path.with_suffix(".tmp")
+    tmp = path.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")   # one per writer
     tmp.write_text(json.dumps(record, indent=1))
     tmp.replace(path)
 
@@ -54,10 +55,12 @@ def _alive(record: dict) -> bool:
         # a child of this server that ended is reaped here, so it does not linger as a zombie
         done, status = os.waitpid(pid, os.WNOHANG)
     except ChildProcessError:
-        pass                                   # not our child (the server restarted)
+        pass                                   # not our child, or reaped already
     else:
         if done:
+            # recorded at once: only this call learns the exit status
             record["returncode"] = os.waitstatus_to_exitcode(status)
+            _save(record["lab"], record)
         return not done
     try:
         cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
@@ -78,7 +81,7 @@ def start(lab: str, name: str, path: Path, results: Path) -> dict:
             [sys.executable, "-m", "dataplane.cli.main", "run", str(path), "--name", lab,
              "--output", str(results.resolve()), "--json"],
             stdin=subprocess.DEVNULL, stdout=out, stderr=err, start_new_session=True)
-    record = {"experiment": name, "file": str(path), "pid": proc.pid, "started": time.time(),
+    record = {"lab": lab, "experiment": name, "file": str(path), "pid": proc.pid, "started": time.time(),
               "results": str(results.resolve())}
     _save(lab, record)
     return status(lab)
@@ -107,7 +110,7 @@ def status(lab: str) -> dict:
     if _alive(record):
         return {**out, "state": "running"}
     if "returncode" in record:
-        _save(lab, record)
+        out["returncode"] = record["returncode"]
     folder = _dir(lab)
     try:
         summary = json.loads((folder / "stdout.json").read_text())

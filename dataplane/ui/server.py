@@ -170,6 +170,9 @@ def make_app(settings: Settings) -> web.Application:
             if err.status >= 400:
                 return _json({"error": err.reason}, err.status)
             raise
+        except Exception as err:      # a bug of ours: said as JSON, logged in full
+            log.exception("%s %s", request.method, request.path)
+            return _json({"error": f"internal error: {type(err).__name__}: {err}"}, 500)
 
     def feed_of(lab: str, spec) -> Feed:
         feed = feeds.get(lab)

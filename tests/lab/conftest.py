@@ -2,6 +2,7 @@
 also when the test fails; `assert_no_leftovers` checks that nothing of it remains."""
 from __future__ import annotations
 
+import contextlib
 import signal
 import subprocess
 import sys
@@ -75,6 +76,19 @@ def railab(*args: str, check: bool = True, timeout: float = 180,
     if check and proc.returncode != 0:
         raise AssertionError(f"railab {' '.join(args)} exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}")
     return proc
+
+
+@contextlib.contextmanager
+def deployed(kind: str, prefix: str):
+    """A shipped lab deployed under a unique name for a module's tests; destroyed at the
+    end, also on failure, and checked to leave nothing behind."""
+    spec = spec_from(shipped(kind), unique_name(prefix))
+    lifecycle.deploy(spec)
+    try:
+        yield spec
+    finally:
+        lifecycle.destroy(spec.name)
+        assert not leftovers(spec.name, spec)
 
 
 @pytest.fixture

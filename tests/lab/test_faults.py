@@ -11,9 +11,8 @@ import pytest
 
 from dataplane import faults
 from dataplane.lb import Fabric
-from dataplane.runtime import lifecycle
 
-from .conftest import leftovers, shipped, spec_from, unique_name
+from .conftest import deployed
 from .faulttraffic import RawStream, Receiver, Result, paced
 from .lbtraffic import delta, member_packets
 
@@ -30,13 +29,8 @@ PPS = 16000
 
 @pytest.fixture(scope="module")
 def lab():
-    spec = spec_from(shipped("clos2"), unique_name("flt"))
-    lifecycle.deploy(spec)
-    try:
+    with deployed("clos2", "flt") as spec:
         yield spec
-    finally:
-        lifecycle.destroy(spec.name)
-        assert not leftovers(spec.name, spec)
 
 
 @pytest.fixture

@@ -145,11 +145,18 @@ function select(item) {
 }
 
 function showLink(link) {
+  // built once per selection; updates only rewrite its state line (buttons stay clickable)
   const box = document.getElementById("selected");
   const e = linkEls.find(x => x.link.id === link.id);
-  box.replaceChildren(el("div", {id: "selected-link"}, `link ${link.a} — ${link.b}`));
-  box.appendChild(el("div", {}, `state: ${e.g.dataset.state}; down ${fmtBps(+e.g.dataset.down || 0)}, ` +
-                                `up ${fmtBps(+e.g.dataset.up || 0)}`));
+  const stateText = `state: ${e.g.dataset.state}; down ${fmtBps(+e.g.dataset.down || 0)}, ` +
+                    `up ${fmtBps(+e.g.dataset.up || 0)}`;
+  const current = document.getElementById("selected-link");
+  if (current && current.dataset.id === link.id) {
+    document.getElementById("selected-link-state").textContent = stateText;
+    return;
+  }
+  box.replaceChildren(el("div", {id: "selected-link", "data-id": link.id}, `link ${link.a} — ${link.b}`));
+  box.appendChild(el("div", {id: "selected-link-state"}, stateText));
   box.appendChild(button("link-down", "take link down", () => write("fault", {fault: "link-down", a: link.a}, "link down")));
   box.appendChild(button("link-up", "bring link up", () => write("fault", {fault: "link-up", a: link.a}, "link up")));
 }
