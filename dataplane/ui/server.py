@@ -62,10 +62,8 @@ class Feed:
     task: asyncio.Task | None = None
     ready: asyncio.Event = field(default_factory=asyncio.Event)
 
-    def _tick(self) -> dict | None:
-        """One poll (in a worker thread): counters, port states, recorded faults."""
-        snapshot, when = top.poll(self.lab)
-        port_up = client.request(self.lab, "port_states")
+    def _compute(self, snapshot, when: float, port_up: dict) -> dict | None:
+        """One update from this poll and the one before (in a worker thread)."""
         recorded = faults.recorded(self.lab)
         prev, self.prev = self.prev, (snapshot, when)
         if prev is None:
@@ -74,13 +72,20 @@ class Feed:
         return live.frame(self.links, rows, port_up, snapshot, stamp=time.time(), dt=when - prev[1],
                           faults=recorded)
 
-    async def run(self) -> None:
+    async def _tick(self) -> dict | None:
+        """Counters and port states asked for together: the feed's pace is the agent's reply time."""
         loop = asyncio.get_running_loop()
+        counters = loop.run_in_executor(None, top.poll, self.lab)
+        port_up = await loop.run_in_executor(None, client.request, self.lab, "port_states")
+        snapshot, when = await counters
+        return await loop.run_in_executor(None, self._compute, snapshot, when, port_up)
+
+    async def run(self) -> None:
         try:
             while self.subscribers or time.monotonic() - self.last_use < FEED_IDLE_S:
                 started = time.monotonic()
                 try:
-                    update = await loop.run_in_executor(None, self._tick)
+                    update = await self._tick()
                 except RailabError as err:
                     update = {"error": str(err)}
                 if update is not None:
