@@ -9,13 +9,12 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import time
 
 import pytest
 
 from dataplane.ui import runs
 
-from .conftest import LABS, ROOT, deployed, railab
+from .conftest import LABS, ROOT, deployed, railab, wait_for
 from .uibrowser import chromium, http, ui_server
 
 SCREENSHOT_COPY = os.environ.get("RAILAB_UI_SCREENSHOT")   # e.g. docs/ui.png (README's picture)
@@ -50,14 +49,8 @@ def faults_recorded(lab: str) -> dict:
     return json.loads(railab("fault", lab, "status", "--json").stdout)["faults"]
 
 
-def wait_for(what: str, check, timeout: float = 60.0, every: float = 0.25):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(every)
-    raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
+def until(what: str, check, timeout: float = 60.0) -> None:
+    assert wait_for(check, timeout), f"timed out after {timeout:g} s waiting for {what}"
 
 
 def page_links(driver) -> dict[str, dict]:
@@ -95,7 +88,7 @@ def test_page_draws_runs_and_controls_the_lab(lab, experiments, tmp_path):
     with ui_server(lab.name, "--experiments", str(experiments), "--results", str(tmp_path / "results")) as \
             (base, url, token), chromium() as driver:
         driver.get(url)
-        wait_for("the first update", lambda: driver.find_element(By.ID, "tick").text)
+        until("the first update", lambda: driver.find_element(By.ID, "tick").text)
         assert driver.find_element(By.ID, "access").text == "controls enabled"
 
         # the drawing: every node and every link of the lab, once
@@ -113,12 +106,14 @@ def test_page_draws_runs_and_controls_the_lab(lab, experiments, tmp_path):
         driver.find_element(By.ID, "run-start").click()
         uplinks = [i for i, l in before.items() if l["a"].startswith("spine")]
 
+        changed: list = []
+
         def recoloured():
             now = page_links(driver)
-            changed = [i for i in uplinks if (now[i]["down"], now[i]["up"]) != (before[i]["down"], before[i]["up"])
-                       and now[i]["bps"] > 0]
-            return changed if len(changed) >= 8 else None     # 8 elephants cross the spines
-        changed = wait_for("uplinks recoloured by the traffic", recoloured, timeout=90)
+            changed[:] = [i for i in uplinks if now[i]["bps"] > 0 and
+                          (now[i]["down"], now[i]["up"]) != (before[i]["down"], before[i]["up"])]
+            return len(changed) >= 8                          # 8 elephants cross the spines
+        until("uplinks recoloured by the traffic", recoloured, timeout=90)
         assert all(before[i]["bps"] == 0 for i in changed)
         shot = tmp_path / "ui.png"          # the fabric under load: the README's picture
         driver.save_screenshot(str(shot))
@@ -129,37 +124,37 @@ def test_page_draws_runs_and_controls_the_lab(lab, experiments, tmp_path):
         # a link clicked down on the page: drawn down, and railab fault status agrees
         link_id = next(i for i, l in links.items() if (l["a"], l["b"]) == UPLINK)
         click_on_link(driver, link_id)
-        wait_for("the link selected", lambda: UPLINK[0] in driver.execute_script(
+        until("the link selected", lambda: UPLINK[0] in driver.execute_script(
             "return document.getElementById('selected-link')?.textContent || ''"))
         driver.find_element(By.ID, "link-down").click()
-        wait_for("the link drawn down", lambda: page_links(driver)[link_id]["state"] == "down")
+        until("the link drawn down", lambda: page_links(driver)[link_id]["state"] == "down")
         assert faults_recorded(lab.name)["links_down"] in ([UPLINK[0]], [UPLINK[1]])
         assert [i for i, l in page_links(driver).items() if l["state"] != "up"] == [link_id]
         driver.save_screenshot(str(tmp_path / "ui-link-down.png"))
         driver.find_element(By.ID, "link-up").click()
-        wait_for("the link drawn up", lambda: page_links(driver)[link_id]["state"] == "up")
+        until("the link drawn up", lambda: page_links(driver)[link_id]["state"] == "up")
         assert faults_recorded(lab.name)["links_down"] == []
 
         # a switch's panel: its groups' modes, per-port queue, drops and ECN marks
         driver.find_element(By.CSS_SELECTOR, "#fabric g.node[data-name='leaf1-r0'] rect").click()
-        wait_for("the switch panel", lambda: "ecmp" in driver.find_element(By.ID, "selected").text)
+        until("the switch panel", lambda: "ecmp" in driver.find_element(By.ID, "selected").text)
         panel = driver.find_element(By.ID, "selected").text
         assert "queue B" in panel and "ECN" in panel and "up1→spine1:down1" in panel
 
         # the experiment's report, when it ends: its table and its plots
-        wait_for("the experiment's report", lambda: driver.find_element(By.ID, "run-state").get_attribute("data-state")
-                 in ("done", "failed"), timeout=240, every=1)
+        until("the experiment's report", lambda: driver.find_element(By.ID, "run-state").get_attribute("data-state")
+                 in ("done", "failed"), timeout=240)
         assert driver.find_element(By.ID, "run-state").get_attribute("data-state") == "done", \
             driver.find_element(By.ID, "run-state").text
         assert "ecmp" in driver.find_element(By.ID, "run-table").text
-        wait_for("the plots loaded", lambda: driver.execute_script(
+        until("the plots loaded", lambda: driver.execute_script(
             "const i = [...document.querySelectorAll('#run-plots img')];"
             "return i.length > 0 && i.every(x => x.complete && x.naturalWidth > 0)"))
 
         # leaves to spray-rr from the page: railab lb show agrees, spines keep their mode
         Select(driver.find_element(By.ID, "mode-leaf")).select_by_value("spray-rr")
         driver.find_element(By.ID, "mode-apply-leaf").click()
-        wait_for("every leaf drawn in spray-rr", lambda: driver.execute_script(
+        until("every leaf drawn in spray-rr", lambda: driver.execute_script(
             "return [...document.querySelectorAll('#fabric g.node.leaf')].every(g => g.dataset.modes === 'spray-rr')"))
         modes = lb_modes(lab.name)
         assert all(modes[n.name] == {"spray-rr"} for n in lab.switches if n.role == "leaf")
