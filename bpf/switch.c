@@ -48,6 +48,7 @@
 #include "rewrite.h"
 #include "arp.h"
 #include "lb.h"
+#include "flows.h"
 
 static __always_inline void rl_count_verdict(struct xdp_md *ctx, __u32 key)
 {
@@ -498,6 +499,46 @@ static __always_inline int rl_transmit(struct xdp_md *ctx, struct ethhdr *eth, s
     return rl_exit(ctx, bpf_redirect(m->ifindex, 0));
 }
 
+/* Flow visibility (bpf/flows.h): account a frame of flow f leaving by egress port slot,
+ * sampled. The map accesses live here because bcc rewrites them only in this file. */
+static __always_inline void rl_flow_seen(const struct flow *f, __u32 slot, __u64 len, __u64 *nowp)
+{
+    struct flow_seen_key key = {};
+    struct flow_seen *fs, nf = {};
+    struct flow_cfg *cfg;
+    __u64 *count, weight;
+    __u32 zero = 0;
+
+    cfg = flow_cfg.lookup(&zero);
+    if (!cfg || !(cfg->flags & FLOW_CFG_F_ON))
+        return;
+    count = flow_sample.lookup(&zero);
+    if (!count)
+        return;
+    *count += 1;
+    if (rl_fmix((__u32)*count) & cfg->sample_mask)
+        return;
+    weight = (__u64)cfg->sample_mask + 1;
+    key.slot = slot;
+    key.saddr = f->saddr;
+    key.daddr = f->daddr;
+    key.sport = f->sport;
+    key.dport = f->dport;
+    key.proto = f->proto;
+    fs = flow_seen.lookup(&key);
+    if (fs) {
+        __sync_fetch_and_add(&fs->bytes, len * weight);
+        __sync_fetch_and_add(&fs->packets, weight);
+        fs->last_ns = rl_now(nowp);
+        return;
+    }
+    nf.bytes = len * weight;
+    nf.packets = weight;
+    nf.first_ns = rl_now(nowp);
+    nf.last_ns = nf.first_ns;
+    flow_seen.update(&key, &nf);
+}
+
 /* Trivial program for the far end of a switch link (host NICs): gives that veth
  * an XDP program so frames the switch sends it with XDP_TX are delivered (ARP replies
  * on PORT_F_ARP_XDP_TX ports; everything else reaches it by redirect). */
@@ -632,6 +673,7 @@ int xdp_switch(struct xdp_md *ctx)
                 goto route;   /* entry's egress is down: fall back to the route */
             __sync_fetch_and_add(&te->packets, 1);
             __sync_fetch_and_add(&te->bytes, len);
+            rl_flow_seen(&f, te->m.egress_slot, len, &now);
             return rl_transmit(ctx, eth, iph, &te->m, len, NULL, &now);
         }
     }
@@ -667,5 +709,6 @@ route:
     if (!m || !m->ifindex)
         return rl_drop(ctx, ps, DROP_NO_MEMBER);
     mc = member_stats.lookup(&midx);
+    rl_flow_seen(&f, m->egress_slot, len, &now);
     return rl_transmit(ctx, eth, iph, m, len, mc, &now);
 }

@@ -30,6 +30,7 @@ MAX_TM = 16384
 PORT_INDEX_SLOTS = 9216      # port_index: ifindexes 0..PORT_INDEX_SLOTS-1 (agent: 2 * max_ports + 1024)
 ROUTE_CACHE_SLOTS = 8192     # per-CPU route cache entries (power of two)
 MAX_LEARNED = 16384
+MAX_FLOWS_SEEN = 16384       # flow_seen (bpf/flows.h): (egress port, 5-tuple) entries, LRU
 
 # ---- protocol numbers ----
 RL_ETH_P_IP = 0x0800
@@ -138,6 +139,7 @@ HANDOFF_MAGIC = 0x7261696C   # struct handoff.magic ("rail")
 RL_VERDICT_QUEUED = 5
 
 RL_XDP_ACTION_MAX = 6
+FLOW_CFG_F_ON = 1 << 0        # flow_cfg.flags (bpf/flows.h): account frames in flow_seen
 # verdict_stats keys: XDP actions, then 5 = handed to a real queue (XDP_PASS to tc_handoff)
 XDP_ACTIONS: dict[int, str] = {0: "aborted", 1: "drop", 2: "pass", 3: "tx", 4: "redirect",
                                5: "queued"}
@@ -357,6 +359,38 @@ class LearnVal(ct.Structure):
     ]
 
 
+class FlowSeenKey(ct.Structure):
+    """key of `flow_seen` (bpf/flows.h): egress slot host order, addresses network order,
+    ports host order"""
+    _fields_ = [
+        ("slot", ct.c_uint32),
+        ("saddr", ct.c_uint32),
+        ("daddr", ct.c_uint32),
+        ("sport", ct.c_uint16),
+        ("dport", ct.c_uint16),
+        ("proto", ct.c_uint8),
+        ("_pad", ct.c_uint8 * 3),
+    ]
+
+
+class FlowSeen(ct.Structure):
+    """value of `flow_seen`: estimated bytes and frames, first and last sampled ns"""
+    _fields_ = [
+        ("bytes", ct.c_uint64),
+        ("packets", ct.c_uint64),
+        ("first_ns", ct.c_uint64),
+        ("last_ns", ct.c_uint64),
+    ]
+
+
+class FlowCfg(ct.Structure):
+    """value of flow_cfg[0]"""
+    _fields_ = [
+        ("flags", ct.c_uint32),
+        ("sample_mask", ct.c_uint32),
+    ]
+
+
 # map name -> (key type, value type); sizes of array maps come from the cflags
 MAPS: dict[str, tuple[type, type]] = {
     "ports": (ct.c_uint32, PortInfo),
@@ -378,6 +412,9 @@ MAPS: dict[str, tuple[type, type]] = {
     "tm_dsts": (TmDstKey, ct.c_uint32),
     "arp_learned": (LearnKey, LearnVal),
     "learn_gen": (ct.c_uint32, ct.c_uint64),
+    "flow_seen": (FlowSeenKey, FlowSeen),
+    "flow_cfg": (ct.c_uint32, FlowCfg),
+    "flow_sample": (ct.c_uint32, ct.c_uint64),
 }
 
 # C #define name -> value mirrored above (checked against railab_consts.h)
@@ -391,6 +428,11 @@ CONSTANTS: dict[str, int] = {
 def ip_be(ip: str | ipaddress.IPv4Address) -> int:
     """IPv4 address as the u32 whose in-memory bytes are network order (host-endian int)."""
     return int.from_bytes(socket.inet_aton(str(ip)), "little" if _LITTLE else "big")
+
+
+def ip_str(be: int) -> str:
+    """The inverse of ip_be: a u32 holding an address in network order -> dotted string."""
+    return socket.inet_ntoa(be.to_bytes(4, "little" if _LITTLE else "big"))
 
 
 def u32_be(value: int) -> int:

@@ -118,6 +118,29 @@ class Fabric:
     def tm_list(self, switch: str | None = None) -> list[dict]:
         return self._req("tm_list", switch=switch)
 
+    # -------------------------------------------------------------- flows and navigation
+    def flows(self, switch: str | None = None, window_us: float | None = None,
+              top: int | None = None) -> list[dict]:
+        """The `top` heaviest flows per egress port over the last window_us of real-fabric
+        time (see dataplane.agent.flows), heaviest first per port."""
+        return self._req("flows", switch=switch, window_us=window_us, top=top)
+
+    def nav_start(self, interval_us: float | None = None) -> dict:
+        """Start the lab's path-navigation controller (dataplane.agent.nav)."""
+        return self._req("nav_start", interval_us=interval_us)
+
+    def nav_stop(self) -> dict:
+        """Stop it and remove every entry it installed."""
+        return self._req("nav_stop")
+
+    def nav_status(self) -> dict:
+        return self._req("nav_status")
+
+    def nav_announce(self, flows: list[dict]) -> dict:
+        """End-network cooperation (the host-side API): flows about to be sent, each
+        {src, dst, sport, dport, proto, bytes, start, rate_bps}; planned at once."""
+        return self._req("nav_announce", flows=flows)
+
 
 def expand_hash_fields(fields) -> list[str]:
     """'5tuple,bth_dqp' / ['5tuple', 'bth_dqp'] -> field names of bpf_abi.HASH_FIELDS."""

@@ -19,7 +19,6 @@ import ctypes as ct
 import dataclasses
 import ipaddress
 import math
-import socket
 import time
 from pathlib import Path
 
@@ -113,7 +112,8 @@ class SwitchDataplane:
                  max_groups: int = abi.MAX_GROUPS, max_members: int = abi.MAX_MEMBERS,
                  max_routes: int = abi.MAX_ROUTES, max_addrs: int = abi.MAX_ADDRS,
                  max_flowlets: int = abi.MAX_FLOWLETS, max_tm: int = abi.MAX_TM,
-                 max_learned: int = abi.MAX_LEARNED, port_index_slots: int | None = None,
+                 max_learned: int = abi.MAX_LEARNED, max_flows_seen: int = abi.MAX_FLOWS_SEEN,
+                 port_index_slots: int | None = None,
                  route_cache_slots: int = abi.ROUTE_CACHE_SLOTS, debug: bool = False,
                  extra_cflags: list[str] | tuple[str, ...] = ()):
         from bcc import BPF      # deferred on purpose: bcc is only on root/test machines
@@ -149,6 +149,7 @@ class SwitchDataplane:
             f"-DMAX_FLOWLETS={max_flowlets}",
             f"-DMAX_TM={max_tm}",
             f"-DMAX_LEARNED={max_learned}",
+            f"-DMAX_FLOWS_SEEN={max_flows_seen}",
             f"-DPORT_INDEX_SLOTS={port_index_slots}",
             f"-DROUTE_CACHE_SLOTS={route_cache_slots}",
             *extra_cflags,
@@ -332,7 +333,7 @@ class SwitchDataplane:
         """Hosts learned from ARP: switch_id, ip, ifindex, mac, last_ns (monotonic ns)."""
         out = []
         for k, v in self._bpf[b"arp_learned"].items():
-            out.append({"switch_id": k.switch_id, "ip": socket.inet_ntoa(k.ip.to_bytes(4, "little" if abi._LITTLE else "big")),
+            out.append({"switch_id": k.switch_id, "ip": abi.ip_str(k.ip),
                         "ifindex": v.ifindex, "mac": abi.mac_str(v.mac), "last_ns": v.last_ns})
         return out
 
@@ -743,6 +744,40 @@ class SwitchDataplane:
                 flows += 1
                 flowlets += v.flowlets
         return {"flows": flows, "flowlets": flowlets}
+
+    # ------------------------------------------------------------------ flow visibility
+    def set_flow_visibility(self, on: bool, sample_shift: int = 0) -> None:
+        """Account frames per (egress port, 5-tuple) in flow_seen (bpf/flows.h): every
+        frame (sample_shift 0) or one in 2^sample_shift, credited 2^sample_shift times."""
+        if not 0 <= sample_shift <= 16:
+            raise ValueError("sample_shift must be 0..16 (one frame in 1 .. 65536)")
+        cfg = abi.FlowCfg(flags=abi.FLOW_CFG_F_ON if on else 0, sample_mask=(1 << sample_shift) - 1)
+        self.maps.update("flow_cfg", ct.c_uint32(0), cfg)
+
+    def flow_visibility(self) -> dict:
+        cfg = abi.FlowCfg()
+        self.maps.lookup("flow_cfg", ct.c_uint32(0), cfg)
+        return {"on": bool(cfg.flags & abi.FLOW_CFG_F_ON),
+                "sample_shift": (cfg.sample_mask + 1).bit_length() - 1}
+
+    def flows_seen(self) -> list[dict]:
+        """Every flow_seen entry: egress slot, 5-tuple (addresses as dotted strings, proto
+        number), estimated bytes and frames, first and last sampled ns (CLOCK_MONOTONIC)."""
+        out = []
+        for k, v in self._bpf[b"flow_seen"].items():
+            out.append({"slot": k.slot, "src": abi.ip_str(k.saddr), "dst": abi.ip_str(k.daddr),
+                        "sport": k.sport, "dport": k.dport, "proto": k.proto,
+                        "bytes": v.bytes, "packets": v.packets,
+                        "first_ns": v.first_ns, "last_ns": v.last_ns})
+        return out
+
+    def forget_flows_seen(self, older_than_ns: int) -> int:
+        """Delete entries whose last frame is before older_than_ns; returns how many."""
+        table = self._bpf[b"flow_seen"]
+        stale = [k for k, v in table.items() if v.last_ns < older_than_ns]
+        for k in stale:
+            self.maps.delete("flow_seen", abi.FlowSeenKey.from_buffer_copy(k))
+        return len(stale)
 
     # ------------------------------------------------------------------ counters
     def port_counters(self, ifindex: int) -> dict:

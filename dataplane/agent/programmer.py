@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 from dataplane import bpf_abi as abi
 from dataplane import controller
+from dataplane.agent.flows import FLOW_SAMPLE_SHIFT
 from dataplane.netns_util import in_netns
 from dataplane.pathtrace import FlowKey, trace
 from dataplane.progtest import prog_test_run
@@ -101,6 +102,7 @@ class SwitchProgrammer:
                 if iface.address:
                     self.dp.add_address(node.switch_id, iface.ifindex, iface.address.split("/")[0])
         self.apply_port_model()
+        self.dp.set_flow_visibility(True, FLOW_SAMPLE_SHIFT)
         for node in self.spec.switches:
             by_name = {i.name: i for i in node.interfaces}
             for route in self.spec.routes.get(node.name, []):

@@ -159,9 +159,42 @@ class ReleasePorts(Request):
     ifindexes: list = field(default_factory=list)
 
 
+@dataclass
+class Flows(Request):
+    """The heaviest flows per egress port over a window (real-fabric microseconds)."""
+    op: ClassVar[str] = "flows"
+    switch: str | None = None
+    window_us: float | None = None
+    top: int | None = None
+
+
+@dataclass
+class NavStart(Request):
+    op: ClassVar[str] = "nav_start"
+    interval_us: float | None = None      # real-fabric time
+
+
+@dataclass
+class NavStop(Request):
+    op: ClassVar[str] = "nav_stop"
+
+
+@dataclass
+class NavStatus(Request):
+    op: ClassVar[str] = "nav_status"
+
+
+@dataclass
+class NavAnnounce(Request):
+    """Flows hosts are about to send: [{src, dst, sport, dport, proto, bytes, start, rate_bps}]."""
+    op: ClassVar[str] = "nav_announce"
+    flows: list = field(default_factory=list)
+
+
 REQUESTS: dict[str, type[Request]] = {cls.op: cls for cls in (
     Counters, Trace, LbSet, LbShow, LbRestore, PortModel, TmAdd, TmDel, TmList, PortSpeed,
-    SwitchReset, PortStates, ArnConfig, ArnStatus, Events, HoldPorts, ReleasePorts)}
+    SwitchReset, PortStates, ArnConfig, ArnStatus, Events, HoldPorts, ReleasePorts,
+    Flows, NavStart, NavStop, NavStatus, NavAnnounce)}
 
 
 def decode(obj: dict) -> Request:

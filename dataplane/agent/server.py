@@ -24,12 +24,20 @@ import traceback
 from typing import Callable
 
 from dataplane.agent import protocol as proto
+from dataplane.agent.flows import heaviest
 from dataplane.agent.kernelswitches import KernelSwitches
 from dataplane.agent.monitor import FabricMonitor
+from dataplane.agent.nav import Navigator
 from dataplane.agent.programmer import SwitchProgrammer
+from dataplane import timescale
 from dataplane.runtime import state
 from dataplane.bpfio import attach_xdp
 from dataplane.switch_dataplane import SwitchDataplane
+
+
+FLOWS_WINDOW_US = 10.0          # real-fabric time (2 s of wall time at scale 5e-6)
+MIN_FLOWS_WINDOW_S = 0.2        # reads of the table from Python resolve no finer
+FLOWS_TOP = 8
 
 
 class _Handler(socketserver.StreamRequestHandler):
@@ -52,6 +60,7 @@ class ControlServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
         self.programmer = programmer
         self.lock = threading.RLock()
         self.monitor = monitor
+        self.navigator: Navigator | None = None     # made on first use (path navigation)
         p = programmer
         self.locked: dict[type, Callable] = {
             proto.Counters: lambda r: p.counters(r.switch),
@@ -73,6 +82,11 @@ class ControlServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
             proto.Events: lambda r: self._monitor().recent_events(int(r.since_ns)),
             proto.HoldPorts: self._hold,
             proto.ReleasePorts: lambda r: self._monitor().release([int(x) for x in r.ifindexes]),
+            proto.Flows: self._flows,
+            proto.NavStart: lambda r: self._nav().start(r.interval_us),
+            proto.NavStop: lambda r: self._nav().stop(),
+            proto.NavStatus: lambda r: self._nav().status(),
+            proto.NavAnnounce: lambda r: self._nav().announce(list(r.flows)),
         }
         super().__init__(path, _Handler)
 
@@ -89,6 +103,30 @@ class ControlServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
         if self.monitor is None:
             raise ValueError(self.monitor_absent)
         return self.monitor
+
+    def _nav(self) -> Navigator:
+        if not isinstance(self.programmer, SwitchProgrammer):
+            raise ValueError("path navigation and flow visibility need the XDP data plane "
+                             "(this lab's switches are kernel-forwarding ones)")
+        with self.lock:
+            if self.navigator is None:
+                self.navigator = Navigator(self.programmer, self.lock)
+            return self.navigator
+
+    def _flows(self, r: proto.Flows) -> list[dict]:
+        """Heaviest flows per egress port (flow_seen), over a window of real-fabric time."""
+        nav = self._nav()
+        if r.switch is not None:
+            with self.lock:
+                self.programmer.select(r.switch, None)
+        window_us = FLOWS_WINDOW_US if r.window_us is None else float(r.window_us)
+        top = FLOWS_TOP if r.top is None else int(r.top)
+        if not window_us > 0 or top < 1:
+            raise ValueError("window_us must be more than 0 and top at least 1")
+        wall = max(timescale.wall_seconds(window_us * 1e-6, self.programmer.port_model["scale"]),
+                   MIN_FLOWS_WINDOW_S)
+        flows = [f for f in nav.flows.read(int(wall * 1e9)) if r.switch in (None, f.switch)]
+        return [f.to_wire() for f in heaviest(flows, top)]
 
     def _switch_reset(self, r: proto.SwitchReset) -> dict:
         out = self.programmer.switch_reset(r.switch)

@@ -179,6 +179,7 @@ def run_dataplane(args) -> int:
     from dataplane.bpf_abi import ROCE_V2_UDP_PORT as ROCE_PORT
     from dataplane.netns_util import in_netns
     from dataplane.runtime import lifecycle
+    from dataplane.agent.flows import FLOW_SAMPLE_SHIFT
     from dataplane.switch_dataplane import SwitchDataplane
 
     lifecycle.require_root()
@@ -232,6 +233,12 @@ def run_dataplane(args) -> int:
                 dp.set_port_model(ifx, speed_bps=10**12 if model else 0, buffer_bytes=10**9)
             for name, data in cases:
                 rows.append((name, "on" if model else "off") + median_ns(dp.prog_fd, data))
+        # flow visibility (bpf/flows.h) on top of ECMP with the model on: every frame, and
+        # the agent's default sampling
+        for shift in (0, FLOW_SAMPLE_SHIFT):
+            dp.set_flow_visibility(True, shift)
+            rows.append((f"ecmp + flows 1:{1 << shift}", "on") + median_ns(dp.prog_fd, cases[0][1]))
+        dp.set_flow_visibility(False)
         bare.cleanup()
     finally:
         if dp is not None:

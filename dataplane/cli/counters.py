@@ -10,6 +10,7 @@ from rich.table import Table
 from dataplane.agent import client
 from dataplane.agent.protocol import CounterSnapshot
 from dataplane.cli.common import load_lab, single_lab
+from dataplane.lb import Fabric
 from dataplane.units import fmt_speed
 from dataplane.cli.common import output_console
 
@@ -20,6 +21,10 @@ def register(sub) -> None:
     p.add_argument("--switch", help="only this switch")
     p.add_argument("--json", action="store_true")
     p.add_argument("--links", action="store_true", help="packets per link and direction")
+    p.add_argument("--flows", action="store_true",
+                   help="the heaviest flows per egress port over a window (flow visibility)")
+    p.add_argument("--window-us", type=float, help="with --flows: window in real-fabric us (default 10)")
+    p.add_argument("--top", type=int, help="with --flows: flows per port (default 8)")
     p.set_defaults(func=run)
 
 
@@ -53,9 +58,26 @@ def lab_wide_table(lab: str, counters: CounterSnapshot) -> Table:
     return table
 
 
+def run_flows(lab: str, args) -> int:
+    flows = Fabric(lab).flows(args.switch, args.window_us, args.top)
+    if args.json:
+        print(json.dumps(flows, indent=2))
+        return 0
+    table = Table(title=f"lab {lab}: heaviest flows per egress port")
+    for column in ("switch", "port", "src", "dst", "sport", "dport", "proto", "rate", "of port", "bytes"):
+        table.add_column(column, justify="right" if column in ("rate", "of port", "bytes", "sport", "dport") else "left")
+    for f in flows:
+        table.add_row(f["switch"], f["port"], f["src"], f["dst"], str(f["sport"]), str(f["dport"]),
+                      str(f["proto"]), fmt_speed(f["rate_bps"]), f"{f['share']:.0%}", f"{f['bytes']:,}")
+    output_console().print(table)
+    return 0
+
+
 def run(args) -> int:
     lab = single_lab(args.lab)
     spec = load_lab(lab).spec
+    if args.flows:
+        return run_flows(lab, args)
     counters = client.counters(lab, args.switch)
     if args.json:
         print(json.dumps(counters.to_wire(), indent=2))

@@ -20,7 +20,7 @@ from ipaddress import IPv4Address, IPv4Interface, IPv4Network
 from dataplane import faults
 from dataplane.agent import client
 from dataplane.agent.protocol import CounterSnapshot
-from dataplane.experiment.spec import Experiment, ModeSpec
+from dataplane.experiment.spec import NAV_MODES, Experiment, ModeSpec
 from dataplane.lb import Fabric
 from dataplane.pathtrace import FlowKey, path_links, touches
 from dataplane.report import metrics
@@ -126,10 +126,29 @@ def _switch_totals(before: CounterSnapshot, after: CounterSnapshot) -> dict:
 
 
 def apply_mode(fabric: Fabric, mode: ModeSpec, seed: int | None = None) -> None:
+    """The mode's load balancing; for nav modes, the base mode and the controller."""
     options = dict(mode.options)
     if seed is not None:
         options["seed"] = seed
+    interval = options.pop("interval_us", None)
+    base = options.pop("base", "ecmp")
+    if mode.mode in NAV_MODES:
+        fabric.set_mode(base, **options)
+        fabric.nav_start(interval)
+        return
     fabric.set_mode(mode.mode, **options)
+
+
+def end_mode(fabric: Fabric, mode: ModeSpec) -> None:
+    """Undo what apply_mode started beyond the groups' settings (the nav controller)."""
+    if mode.mode in NAV_MODES:
+        fabric.nav_stop()
+
+
+def announcements(flows: list[wl.Flow]) -> list[dict]:
+    """The flows as senders announce them to the nav controller (nav-host)."""
+    return [{"src": f.src_ip, "dst": f.dst_ip, "sport": f.src_port, "dport": f.dst_port, "proto": 17,
+             "bytes": f.wire_bytes, "start": 0.0, "rate_bps": f.rate_bps} for f in flows if f.dst_ip]
 
 
 _UNDO = {"link-down": "link-up", "switch-down": "switch-up", "plane-down": "plane-up",
@@ -171,6 +190,10 @@ class _RunClock(threading.Thread):
         hosts = {h.name for h in spec.hosts}
         self.host_ports = {(n.name, i.name) for n in spec.switches for i in n.interfaces
                            if i.peer_node in hosts}
+        roles = {n.name: n.role for n in spec.nodes}
+        self.leaf_uplinks = sorted((n.name, i.name) for n in spec.switches for i in n.interfaces
+                                   if n.role == "leaf" and roles.get(i.peer_node) == "spine")
+        self.uplink_samples: list[dict] = []
         self.pending = []
         for event in events:
             self.pending.append((event["at"], event))
@@ -198,12 +221,16 @@ class _RunClock(threading.Thread):
         ports = [snap.port(s, p) for s, p in self.host_ports]
         delivered = sum(max(c.tx_bytes - c.waiting_bytes, 0) for c in ports if c is not None)
         self.samples.append((max(t, 0.0), delivered))
+        # what each leaf uplink has sent so far: balance over time (metrics.leaf_uplink_balance)
+        self.uplink_samples.append({"t": max(t, 0.0), "tx_bytes": {
+            f"{s}:{p}": c.tx_bytes for s, p in self.leaf_uplinks if (c := snap.port(s, p)) is not None}})
 
     def mark_start(self) -> float:
         """The common start: the delivered bytes now count as t = 0. Returns its time."""
         self.t0 = time.monotonic()
         self._sample()
         self.samples[-1] = (0.0, self.samples[-1][1])
+        self.uplink_samples[-1]["t"] = 0.0
         return self.t0
 
     def run(self) -> None:
@@ -292,6 +319,8 @@ def run_once(spec: LabSpec, experiment: Experiment, flows: list[wl.Flow], label:
             {"port": ports[flow.flow_id % len(ports)], "flow": flow_to_json(flow)})
     receivers = sorted({f.dst_host for f in flows if f.dst_host})
     ports = {item["flow"]["flow_id"]: item["port"] for items in senders.values() for item in items}
+    if mode == "nav-host":   # the senders announce their flows before they send
+        fabric.nav_announce(announcements(flows))
     paths = trace_flows(spec, flows, ports)
 
     procs: dict[str, _HostProcs] = {h: _HostProcs(h, by_name[h].netns) for h in set(senders) | set(receivers)}
@@ -359,6 +388,7 @@ def run_once(spec: LabSpec, experiment: Experiment, flows: list[wl.Flow], label:
                     proc.kill()
                     proc.wait()
     after = fabric.snapshot()
+    nav_status = fabric.nav_status() if mode in NAV_MODES else None
 
     flow_records = []
     for flow in flows:
@@ -386,6 +416,8 @@ def run_once(spec: LabSpec, experiment: Experiment, flows: list[wl.Flow], label:
         # frames the receivers' sockets overflowed on: in `lost`, but not the fabric's doing
         "receiver_drops": receiver_drops,
         "timeline": clock.timeline,
+        "uplink_samples": clock.uplink_samples,
+        **({"nav": nav_status} if nav_status else {}),
         "t0_ns": int(started * 1e9),         # CLOCK_MONOTONIC of t = 0 (send times are on it)
         "events": events,
         **({"event_error": clock.error} if clock.error else {}),

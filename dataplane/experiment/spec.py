@@ -29,7 +29,10 @@ from dataplane.topology import clab
 from dataplane.traffic import workload as wl
 from dataplane.units import parse_speed
 
-MODES = tuple(abi.LB_MODES)   # the data plane's modes: a new one is usable here at once
+# path navigation: the groups' mode (ecmp unless `base:` says) plus the lab's controller,
+# which places the heavy flows it sees (nav) or the flows the senders announce (nav-host)
+NAV_MODES = ("nav", "nav-host")
+MODES = tuple(abi.LB_MODES) + NAV_MODES   # the data plane's modes: a new one is usable here at once
 
 
 class ExperimentError(RailabError):
@@ -51,6 +54,8 @@ _MODE_OBJECT = {
         "busy_timeout_us": {"type": "number", "exclusiveMinimum": 0},
         "weights": {},
         "bandwidth": {"type": "boolean"},
+        "interval_us": {"type": "number", "exclusiveMinimum": 0},
+        "base": {"enum": list(abi.LB_MODES)},
     },
     "additionalProperties": False,
 }
@@ -80,7 +85,7 @@ SCHEMA = {
             "type": "object",
             "required": ["seeds"],
             "properties": {
-                "mode": {"enum": list(MODES)},
+                "mode": {"enum": list(abi.LB_MODES)},
                 "seeds": {"type": "integer", "minimum": 1, "maximum": 10000},
                 "first_seed": {"type": "integer", "minimum": 0},
                 "role": {"enum": ["leaf", "spine", "core"]},

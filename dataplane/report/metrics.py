@@ -67,7 +67,8 @@ UP_PAIRS = {("leaf", "spine"): "leaf-spine", ("spine", "core"): "spine-core"}
 
 # Scalar metrics of run_metrics, in display order (mode_summary summarises these).
 METRIC_KEYS = (
-    "goodput_bps", "elephant_goodput_bps", "offered_bps", "uplink_max_mean", "jain", "uplink_cv",
+    "goodput_bps", "elephant_goodput_bps", "offered_bps", "uplink_max_mean", "leaf_uplink_max_mean",
+    "leaf_uplink_max_mean_settled", "nav_leaf_uplink_max_mean", "jain", "uplink_cv",
     "max_uplink_util", "idle_uplinks", "idle_leaf_uplinks", "idle_elephant_uplinks",
     "expected_idle_uplinks", "uplinks",
     "loss_packets", "loss_pct", "reorder_pct", "out_of_order", "duplicates", "fct_p50_us",
@@ -281,6 +282,53 @@ def _sum(flows, key) -> int:
     return sum(int(f.get(key) or 0) for f in flows)
 
 
+SENDING_LEAF_SHARE = 0.1
+
+
+def leaf_uplink_balance(run: dict, after_s: float = 0.0) -> float | None:
+    """max/mean load of the uplinks of each sending leaf, from the first uplink sample at
+    or after after_s to the end of the run; the worst leaf. A sending leaf sent at least
+    SENDING_LEAF_SHARE of what the busiest leaf sent upwards (receivers' ACKs alone do
+    not make one). None without samples (runs recorded before they were taken)."""
+    samples = run.get("uplink_samples") or []
+    if len(samples) < 2:
+        return None
+    start = next((x for x in samples if x["t"] >= after_s), samples[-2])
+    if start is samples[-1]:
+        start = samples[-2]
+    end = samples[-1]
+    per_leaf: dict[str, list[float]] = defaultdict(list)
+    for port, n in end["tx_bytes"].items():
+        per_leaf[port.split(":", 1)[0]].append(n - start["tx_bytes"].get(port, 0))
+    busiest = max((sum(v) for v in per_leaf.values()), default=0)
+    worst = [max_mean(v) for v in per_leaf.values() if busiest and sum(v) >= SENDING_LEAF_SHARE * busiest]
+    return max(worst) if worst else None
+
+
+def nav_balance(run: dict) -> float | None:
+    """For a run under the nav controller: max/mean of the sending leaves' uplink bytes
+    over the controller's rounds from the second round with traffic on (the first round
+    with traffic holds the flows' start; the controller's plan at its end is the one
+    being judged) to the end; the worst leaf. None when the run was not under nav or the
+    flows lasted less than three rounds."""
+    rounds = (run.get("nav") or {}).get("rounds") or []
+    most = max((sum(r["uplink_bytes"].values()) for r in rounds), default=0)
+    # rounds with traffic: a tenth of the busiest round at least (not a stray ARP or ACK)
+    rounds = [r for r in rounds if most and sum(r["uplink_bytes"].values()) >= most / 10]
+    if len(rounds) < 3:
+        return None
+    per_port: dict[str, int] = defaultdict(int)
+    for r in rounds[1:]:
+        for port, n in r["uplink_bytes"].items():
+            per_port[port] += n
+    per_leaf: dict[str, list[float]] = defaultdict(list)
+    for port, n in per_port.items():
+        per_leaf[port.split(":", 1)[0]].append(n)
+    busiest = max((sum(v) for v in per_leaf.values()), default=0)
+    worst = [max_mean(v) for v in per_leaf.values() if busiest and sum(v) >= SENDING_LEAF_SHARE * busiest]
+    return max(worst) if worst else None
+
+
 def run_metrics(run: dict) -> dict:
     """All scalar metrics of one run (definitions in the module docstring)."""
     d = duration(run)
@@ -308,6 +356,12 @@ def run_metrics(run: dict) -> dict:
                                     if f.get("cls") == "elephant") * 8 / d,
         "offered_bps": float(sum(float(f.get("offered_bps") or 0) for f in flows)),
         "uplink_max_mean": max_mean(loads),
+        # per sending leaf, worst leaf: whole run, and once the nav controller has had one
+        # interval (from t = 0 for other modes)
+        "leaf_uplink_max_mean": leaf_uplink_balance(run),
+        "leaf_uplink_max_mean_settled": leaf_uplink_balance(
+            run, float((run.get("nav") or {}).get("interval_wall_s") or 0.0)),
+        "nav_leaf_uplink_max_mean": nav_balance(run),
         "jain": jain_index(loads),
         "uplink_cv": (float(np.std(loads)) / mean if mean else 0.0) if loads else None,
         "max_uplink_util": max(utils) if utils else None,

@@ -19,6 +19,7 @@ from dataplane.units import fmt_bps, fmt_us  # noqa: F401 (the report's formatte
 COLUMNS = (
     ("goodput_bps", "goodput", "bps"),
     ("uplink_max_mean", "max/mean\nuplink", "ratio"),
+    ("leaf_uplink_max_mean_settled", "max/mean\nsending leaf\nsettled", "ratio"),
     ("jain", "Jain", "jain"),
     ("idle_uplinks", "idle\nuplinks", "count"),
     ("loss_packets", "loss\npkts", "count"),

@@ -47,7 +47,7 @@ def test_percpu_values_are_8_byte_multiples():
 
 def test_constants_match_c_defines():
     defines = {}
-    for header in ("railab_consts.h",):
+    for header in ("railab_consts.h", "flows.h"):
         text = (BPF_DIR / header).read_text()
         for m in re.finditer(r"^#define\s+(\w+)\s+(.+?)\s*(?:/\*.*)?$", text, re.M):
             name, expr = m.group(1), m.group(2).strip()

@@ -61,6 +61,11 @@ CASES = {
     "top-limit-zero": (["top", "{lab}", "--limit", "0", "--once"], "--limit"),
     "fault-unknown-lab": (["fault", "nosuchlab", "clear"], "not deployed"),
     "bench-runs-zero": (["bench", "dataplane", "--runs", "0"], "--runs"),
+    "nav-interval-zero": (["nav", "{lab}", "start", "--interval", "0"], "interval must be more than 0"),
+    "nav-interval-negative": (["nav", "{lab}", "start", "--interval", "-2"], "interval must be more than 0"),
+    "nav-unknown-lab": (["nav", "nosuchlab", "status"], "not deployed"),
+    "flows-window-zero": (["counters", "{lab}", "--flows", "--window-us", "0"], "window_us"),
+    "flows-unknown-switch": (["counters", "{lab}", "--flows", "--switch", "nope"], "nope"),
 }
 
 

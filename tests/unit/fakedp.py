@@ -36,6 +36,9 @@ class FakeDataplane:
                                               speed_bps=speed_bps)
         self.up.setdefault(ifindex, True)
 
+    def set_flow_visibility(self, on, sample_shift=0):
+        self.flow_visibility = (on, sample_shift)
+
     def port_info(self, ifindex):
         return self.ports[ifindex]
 
