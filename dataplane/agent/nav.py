@@ -17,7 +17,8 @@ path). Announced flows (end-network cooperation, `announce`) are planned the sam
 before they send, with their announced rate.
 
 Entries expire when their flow ends: no new bytes for EXPIRE_INTERVALS intervals (an
-announced flow that has not started is kept until its start plus that).
+announced flow that has not sent yet is kept until its start plus ANNOUNCED_WAIT_S: hosts
+announce before they have built their frames).
 """
 from __future__ import annotations
 
@@ -37,7 +38,10 @@ MIN_FRAMES = 4                  # ... and once it has sent a few frames (one say
 HYSTERESIS = 0.2                # move a flow only for a 20 % lower bottleneck: rates read from
                                 # counters of a shared machine wobble by ~10 % per round
 EXPIRE_INTERVALS = 2
-ROUNDS_KEPT = 200               # per round: bytes each busy leaf uplink sent (status "rounds")
+ANNOUNCED_WAIT_S = 120.0        # wall time an announced flow may take to start after its start
+ANNOUNCED_IDLE_S = 5.0          # ... and may pause that long once it has started
+ROUNDS_KEPT = 200
+EVENTS_KEPT = 200               # per round: bytes each busy leaf uplink sent (status "rounds")
 
 Link = tuple[str, str]                  # (switch, egress port)
 Path = tuple[Link, ...]                 # leaf uplink, spine downlink
@@ -280,13 +284,18 @@ class Navigator:
             # expire what ended; forget placements over dead links
             for five, placed in list(self.placed.items()):
                 entry = seen.get(five)
-                if entry and entry["bytes"] != placed.last_bytes:
+                # a few frames (a path trace runs the program on one) do not start a flow
+                if entry and entry["frames"] >= MIN_FRAMES and entry["bytes"] != placed.last_bytes:
                     placed.last_bytes = entry["bytes"]
                     placed.last_growth = max(placed.last_growth, now)
-                if now - placed.last_growth > EXPIRE_INTERVALS * self.wall_interval_s():
+                # an announced flow that has not sent yet waits for its senders to start; one
+                # that has pauses longer than a measured flow may (its host said it goes on)
+                wait = (ANNOUNCED_WAIT_S if placed.last_bytes < 0 else ANNOUNCED_IDLE_S) \
+                    if placed.announced else 0.0
+                if now - placed.last_growth > EXPIRE_INTERVALS * self.wall_interval_s() + wait:
                     self._uninstall(placed)
                     del self.placed[five]
-                    self.events.append({"t": now, "event": "expired", "flow": list(five)})
+                    self._event("expired", five, placed.path, None)
             heavy = {five for five, entry in seen.items() if "src_leaf" in entry and
                      entry["frames"] >= MIN_FRAMES and entry["rate"] >= MIN_SHARE * min(self._speed(*l) for l in entry["links"].values())}
             # what the heavy flows sent on each link this round -- also on links they have
@@ -311,9 +320,19 @@ class Navigator:
                     demands.append((five, placed.rate_bps, (placed.src_leaf, placed.dst_leaf), placed.path, 0.0))
             placed_now = self._assign(demands, loads, announced=False)
             self.plans += 1
+            dead = self._dead_links()
             self.last_plan = {"t_ns": time.monotonic_ns(), "heavy_flows": len(demands),
-                              "placed": placed_now, "dead_links": self._dead_links()}
+                              "placed": placed_now, "dead_links": dead,
+                              "entries_on_dead_links": self._entries_on(dead)}
+            if self.rounds:
+                self.rounds[-1].update(dead_links=dead, plan_t_ns=self.last_plan["t_ns"],
+                                       entries_on_dead_links=self.last_plan["entries_on_dead_links"])
         return self.last_plan
+
+    def _entries_on(self, links: list[str]) -> int:
+        """Installed entries whose egress is one of these links ("switch:port")."""
+        dead = set(links)
+        return sum(1 for p in self.placed.values() for s, i in p.path if f"{s}:{i}" in dead)
 
     def _dead_links(self) -> list[str]:
         links = {l for ps in self.paths.values() for p in ps for l in p}
@@ -336,6 +355,13 @@ class Navigator:
                 continue
             old = self.placed.get(five)
             keep = old.path if old is not None else current
+            if old is not None and old.announced and keep in candidates:
+                # the hosts said what this flow is: its placement stands while its path
+                # lives (measured rates of paced senders on a busy machine only add noise)
+                for link in keep:
+                    loads[link] = loads.get(link, 0.0) + old.rate_bps
+                count += 1
+                continue
 
             def cost(path):
                 return max((loads.get(l, 0.0) + rate) / self._speed(*l) for l in path)
@@ -353,23 +379,35 @@ class Navigator:
             if announced:
                 placed.last_growth = time.monotonic() + grace
             if old is not None:
+                # entries of the old path on switches the new one does not cross go
+                stale = [sw for sw, _ in old.path if sw not in {sw2 for sw2, _ in best}]
+                self._uninstall(old, only=stale)
                 placed.moves = old.moves
                 placed.last_bytes, placed.last_growth = old.last_bytes, max(old.last_growth, placed.last_growth)
             if old is not None or (current is not None and best != current):
                 placed.moves += 1
                 self.moves += 1
+                self._event("moved", five, old.path if old else current, best)
             self._install(placed)
             self.placed[five] = placed
         return count
+
+    def _event(self, what: str, five: Five, before, after) -> None:
+        self.events.append({"t_ns": time.monotonic_ns(), "event": what, "flow": list(five),
+                            "from": [f"{s}:{i}" for s, i in before or ()],
+                            "to": [f"{s}:{i}" for s, i in after or ()]})
+        del self.events[:-EVENTS_KEPT]
 
     def _install(self, placed: Placed) -> None:
         src, dst, sport, dport, proto = placed.five
         for switch, port in placed.path:
             self.p.tm_add(switch, egress=port, src=src, dst=dst, sport=sport, dport=dport, proto=proto)
 
-    def _uninstall(self, placed: Placed) -> None:
+    def _uninstall(self, placed: Placed, only: list[str] | None = None) -> None:
         src, dst, sport, dport, proto = placed.five
         for switch, _ in placed.path:
+            if only is not None and switch not in only:
+                continue
             self.p.tm_del(switch, src=src, dst=dst, sport=sport, dport=dport, proto=proto)
 
     # ------------------------------------------------------------ reading
@@ -389,4 +427,5 @@ class Navigator:
                            "path": [f"{s}:{i}" for s, i in p.path], "moves": p.moves}
                           for p in self.placed.values()],
                 "last_plan": self.last_plan, "error": self.error, "rounds": list(self.rounds),
+                "events": list(self.events),
             }

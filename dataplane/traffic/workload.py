@@ -20,7 +20,8 @@ mean. Messages are generated while their start time is below the duration.
 
 Patterns (``pattern.type``):
   ring-allreduce  for each rail r, a ring over the hosts' NIC r (rail-local);
-                  ``bidirectional: true`` adds the reverse ring.
+                  ``bidirectional: true`` adds the reverse ring; ``shift: k`` makes it
+                  cross the rails: each step goes to the next host's NIC on rail r + k.
   all-to-all      every GPU to every GPU of every other host (``rails: same`` keeps it
                   rail-local). Cross-rail pairs leave from the source GPU's NIC unless
                   ``pxn: true``: then from the source host's NIC on the destination's rail.
@@ -432,6 +433,7 @@ def _pairs(wl: Workload, hosts: Sequence[Host]) -> list[_Pair]:
     sel = _rails(hosts) if rails in ("all", "same") else list(rails)
     pairs: list[_Pair] = []
     if kind == "ring-allreduce":
+        all_rails = _rails(hosts)
         for r in sel:
             members = [(h, h.nic_on_rail(r)) for h in hosts if h.nic_on_rail(r)]
             if len(members) < 2:
@@ -439,6 +441,8 @@ def _pairs(wl: Workload, hosts: Sequence[Host]) -> list[_Pair]:
             n = len(members)
             for i, (h, nic) in enumerate(members):
                 dh, dn = members[(i + 1) % n]
+                if pat.get("shift"):    # across rails: to the next host's NIC on rail r + shift
+                    dn = dh.nic_on_rail(all_rails[(all_rails.index(r) + int(pat["shift"])) % len(all_rails)]) or dn
                 pairs.append(_Pair(h, nic, dh, dn))
                 if pat.get("bidirectional") and n > 2:
                     ph, pn = members[(i - 1) % n]
