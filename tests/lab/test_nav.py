@@ -4,6 +4,7 @@ nothing."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -60,3 +61,26 @@ def test_nav_refuses_bad_requests_and_changes_nothing(lab_factory):
     finally:
         fabric.nav_stop()
     assert fabric.nav_status()["running"] is False
+
+
+@pytest.mark.flaky(reruns=2)   # a starved agent can miss two intervals on a shared machine
+def test_nav_replans_around_a_dead_link_within_two_intervals(tmp_path):
+    name = unique_name("navf")
+    proc = railab("run", str(EXPERIMENTS / "nav-link-failure.yml"), "--json", "--output", str(tmp_path),
+                  "--name", name, timeout=900)
+    assert leftovers(name) == []
+    results = json.loads((Path(json.loads(proc.stdout)["folder"]) / "results.json").read_text())
+    run = results["modes"]["nav"]["runs"][0]
+    nav = run["nav"]
+    down = next(e["t_ns"] for e in run["events"] if e["what"].startswith("link-down"))
+    up = next(e["t_ns"] for e in run["events"] if e["what"].startswith("link-up"))
+    during = [r for r in nav["rounds"] if "plan_t_ns" in r and down < r["plan_t_ns"] < up]
+    # the first plan that saw the link dead came within two intervals of the cut, and from
+    # it on no entry of the controller points at the dead link
+    first = next(r for r in during if r["dead_links"])
+    assert first["plan_t_ns"] - down <= 2 * nav["interval_wall_s"] * 1e9
+    assert "leaf1-r0:up1" in first["dead_links"]
+    assert all(r["entries_on_dead_links"] == 0 for r in during if r["dead_links"])
+    # the flows it had placed over the dead uplink were moved off it
+    assert any(e["event"] == "moved" and "leaf1-r0:up1" in e["from"] and down < e["t_ns"] < up
+               for e in nav["events"])
