@@ -12,7 +12,7 @@ import zlib
 from dataclasses import dataclass, field
 
 from dataplane import bpf_abi as abi
-from dataplane import controller
+from dataplane import controller, timescale
 from dataplane.netns_util import in_netns
 from dataplane.pathtrace import FlowKey, trace
 from dataplane.progtest import prog_test_run
@@ -23,7 +23,9 @@ from dataplane.switch_dataplane import GroupState
 
 
 # Emulated port model, lab-wide defaults: nominal (topology) speed x scale. Buffer and
-# ECN threshold are bytes at the scaled speed. queue "virtual" (default, the fast path):
+# ECN thresholds are real bytes (a queue of N bytes drains in the same number of packet
+# times at any scale); window_us is real-fabric time at the nominal speed, applied as
+# window_us / scale of wall-clock time (dataplane.timescale), like every time below. queue "virtual" (default, the fast path):
 # the model decides drops, ECN marks and load but does not delay frames -- so TCP, whose
 # window cannot shrink below ~2 segments per (microsecond) RTT, cannot adapt to a port
 # slower than what it offers, and paths differ in load but not in delay. The default
@@ -32,7 +34,13 @@ from dataplane.switch_dataplane import GroupState
 # delay, reordering across paths and TCP at slow ports are real (the skb path costs
 # a few microseconds per hop, so it is for experiments, not for speed).
 PORT_MODEL_DEFAULTS = {"scale": 1 / 40, "buffer_bytes": 32768, "ecn_bytes": 8192,
-                       "window_us": 1000.0, "queue": "virtual"}
+                       "window_us": 2.0, "queue": "virtual"}
+# Load-balancing times of a new group, real-fabric microseconds at the nominal speed: a
+# flowlet ends after a 200 us gap (about 6,700 full frames at 400G), or 50 us while its
+# member is busy. At scale 1/40 the lab waits 8 ms and 2 ms of wall-clock time for them.
+LB_TIME_DEFAULTS = {"flowlet_timeout_us": 200.0, "busy_timeout_us": 50.0}
+MAX_REAL_US = 1e6                 # a time constant longer than a real-fabric second is a typo
+MAX_WALL_US = 4e6 - 1            # the data path keeps these times as u32 nanoseconds (< 4.29 s)
 QUEUE_KINDS = ("virtual", "real")
 MAX_BUFFER_BYTES = 256 << 20      # a real queue's tbf limit (2 x buffer) must fit 32 bits
 MIN_PORT_BPS = 2000               # the data path keeps picoseconds per byte in 32 bits
@@ -83,6 +91,29 @@ class SwitchProgrammer:
         self.lbn: dict[tuple[str, str], int] = {}
         self.speed_override: dict[int, int] = {}   # ifindex -> nominal b/s (fault "degrade")
         self._handoff_ports: set[int] = set()        # ifindexes with tc_handoff attached
+        self.lb_times: dict[int, dict[str, float]] = {}   # gid -> LB_TIME_DEFAULTS' keys, real us
+
+    # ------------------------------------------------------------ one clock
+    def wall_us(self, real_us: float) -> float:
+        """Real-fabric microseconds -> the wall-clock microseconds the lab applies at its
+        scale, capped at what the data path's u32 nanoseconds hold (about 4.3 s)."""
+        return min(timescale.wall_seconds(real_us * 1e-6, self.port_model["scale"]) * 1e6, MAX_WALL_US)
+
+    def _write_lb_times(self, gid: int, **changes) -> None:
+        """Record a group's real-fabric load-balancing times and write their wall values."""
+        check_real_times(**changes)
+        for key, value in changes.items():
+            if value is not None:
+                self.lb_times[gid][key] = float(value)
+        times = self.lb_times[gid]
+        self.dp.set_group_lb(gid, flowlet_timeout_us=self.wall_us(times["flowlet_timeout_us"]),
+                             busy_timeout_us=self.wall_us(times["busy_timeout_us"]))
+
+    def clock(self) -> dict:
+        """The lab's clock: wall-clock seconds per real-fabric second, and the wall values
+        of the port model's times (lb show, top and reports print both)."""
+        return {"scale": self.port_model["scale"], "stretch": timescale.stretch(self.port_model["scale"]),
+                "window_wall_us": self.wall_us(self.port_model["window_us"])}
 
     def seed_for(self, switch: str) -> int:
         return zlib.crc32(f"{self.spec.name}/{switch}".encode())
@@ -119,11 +150,15 @@ class SwitchProgrammer:
     def apply_port_model(self, **changes) -> dict:
         new = merged(self.port_model, changes, PORT_MODEL_DEFAULTS, "port-model")
         self._check_port_model(new)
+        rescaled = new["scale"] != self.port_model["scale"]
         self.port_model = new
         for node in self.spec.switches:
             with self._queues(node) as queues:
                 for iface in node.interfaces:
                     self._apply_port(iface, queues)
+        if rescaled:       # the same real-fabric times are other wall-clock times now
+            for gid in self.lb_times:
+                self._write_lb_times(gid)
         return dict(new)
 
     def _check_port_model(self, pm: dict) -> None:
@@ -132,8 +167,9 @@ class SwitchProgrammer:
             raise ValueError(f"queue must be one of {', '.join(QUEUE_KINDS)}, not {pm['queue']!r}")
         if not (math.isfinite(pm["scale"]) and 0 <= pm["scale"] <= 1):
             raise ValueError("scale must be in [0, 1] (0 = no port model)")
-        if not (math.isfinite(pm["window_us"]) and 0 < pm["window_us"] <= 4e6):
-            raise ValueError("window_us must be more than 0 and at most 4,000,000 (4 s)")
+        if not (math.isfinite(pm["window_us"]) and 0 < pm["window_us"] <= MAX_REAL_US):
+            raise ValueError(f"window_us must be more than 0 and at most {MAX_REAL_US:,.0f} "
+                             "(real-fabric microseconds)")
         if not 0 < pm["buffer_bytes"] <= MAX_BUFFER_BYTES:
             raise ValueError(f"buffer_bytes must be between 1 and {MAX_BUFFER_BYTES:,}")
         if not -1 <= pm["ecn_bytes"] <= MAX_BUFFER_BYTES:
@@ -176,7 +212,7 @@ class SwitchProgrammer:
             queues.shape(iface.ifindex, speed, pm["buffer_bytes"])
         self.dp.set_port_model(iface.ifindex, speed_bps=speed, buffer_bytes=pm["buffer_bytes"],
                                ecn_bytes=pm["ecn_bytes"] if pm["ecn_bytes"] >= 0 else None,
-                               window_us=pm["window_us"], real_queue=real)
+                               window_us=self.wall_us(pm["window_us"]), real_queue=real)
         if not real and iface.ifindex in self._handoff_ports:
             queues.detach(iface.ifindex)
             self._handoff_ports.discard(iface.ifindex)
@@ -250,6 +286,7 @@ class SwitchProgrammer:
         if bandwidth and mode is None:
             mode = "wcmp"
         self._check_lb_request(nodes, switch, seed, weights, lbn)
+        check_real_times(flowlet_timeout_us=flowlet_timeout_us, busy_timeout_us=busy_timeout_us)
         changed = []
         for node in nodes:
             by_name = {i.name: i for i in node.interfaces}
@@ -276,9 +313,9 @@ class SwitchProgrammer:
                     if len(weights) != len(members):
                         continue   # a weight list applies to groups of that many members
                     w = [float(x) for x in weights]
-                self.dp.set_group_lb(gid, mode=mode, flowlet_timeout_us=flowlet_timeout_us,
-                                     busy_util=busy_util, busy_timeout_us=busy_timeout_us,
-                                     weights=w)
+                self.dp.set_group_lb(gid, mode=mode, busy_util=busy_util, weights=w)
+                self._write_lb_times(gid, flowlet_timeout_us=flowlet_timeout_us,
+                                     busy_timeout_us=busy_timeout_us)
                 changed.append(gid)
         return {"switches": [n.name for n in nodes], "groups": changed}
 
@@ -302,8 +339,7 @@ class SwitchProgrammer:
         (a learned host route) gets a new group's settings."""
         new = GroupState(members=[])
         fresh = {"mode": abi.LB_MODE_NAMES[new.mode], "hash_fields": new.hash_fields,
-                 "flowlet_timeout_us": new.flowlet_timeout_us, "busy_util": new.busy_util,
-                 "busy_timeout_us": new.busy_timeout_us, "weights": new.weights}
+                 "busy_util": new.busy_util, "weights": new.weights, **LB_TIME_DEFAULTS}
         switches = snapshot["switches"]
         nodes = [self.select(name, None)[0] for name in switches]
         for node in nodes:
@@ -317,9 +353,10 @@ class SwitchProgrammer:
             for gid in self.routing.group_ids(node.name):
                 g = saved["groups"].get(str(gid)) or fresh
                 self.dp.set_group_lb(gid, mode=g["mode"], hash_fields=g["hash_fields"] or 0,
-                                     flowlet_timeout_us=g["flowlet_timeout_us"],
-                                     busy_util=g["busy_util"], busy_timeout_us=g["busy_timeout_us"],
-                                     weights=g["weights"], clear_weights=g["weights"] is None)
+                                     busy_util=g["busy_util"], weights=g["weights"],
+                                     clear_weights=g["weights"] is None)
+                self._write_lb_times(gid, flowlet_timeout_us=g["flowlet_timeout_us"],
+                                     busy_timeout_us=g["busy_timeout_us"])
         return {"switches": [n.name for n in nodes]}
 
     def _check_lb_request(self, nodes, switch, seed, weights, lbn) -> None:
@@ -346,13 +383,16 @@ class SwitchProgrammer:
                                  f"{' or '.join(map(str, sorted(sizes)))} members")
 
     def lb_show(self) -> dict:
-        out = {"port_model": dict(self.port_model), "switches": {}}
+        out = {"port_model": dict(self.port_model), "clock": self.clock(), "switches": {}}
         for node in self.spec.switches:
             groups = {}
             for (owner, members), gid in self.routing.groups.items():
                 if owner != node.name:
                     continue
                 info = self.dp.group_info(gid)
+                for key, real in self.lb_times.get(gid, {}).items():   # real, and what the lab waits
+                    info[key.replace("_us", "_wall_us")] = info[key]
+                    info[key] = real
                 info["members"] = list(members)
                 info["prefixes"] = self.routing.prefixes.get(gid, [])
                 groups[str(gid)] = info
@@ -416,6 +456,8 @@ class SwitchProgrammer:
             rs.prefixes[gid] = []
             rs.generation += 1
             self.dp.set_group(gid, [(by_name[n].ifindex, by_name[n].peer_mac) for n in nexthops])
+            self.lb_times[gid] = dict(LB_TIME_DEFAULTS)
+            self._write_lb_times(gid)
         return gid
 
     def attach(self, attach_xdp) -> None:
@@ -469,6 +511,7 @@ class SwitchProgrammer:
         # when the counters were read (CLOCK_MONOTONIC, as the caller's time.monotonic_ns):
         # the middle of the read, which can take long on a busy machine
         result["t_ns"] = (started + time.monotonic_ns()) // 2
+        result["clock"] = self.clock()
         return result
 
     def switch_reset(self, switch: str) -> dict:
@@ -479,6 +522,14 @@ class SwitchProgrammer:
     def port_states(self, switch: str | None = None) -> dict:
         return {n.name: {i.name: self.dp.port_is_up(i.ifindex) for i in n.interfaces}
                 for n in self.spec.switches if switch in (None, n.name)}
+
+
+def check_real_times(**times) -> None:
+    """Refuse a real-fabric time (microseconds) that is not a positive number up to a second."""
+    for key, value in times.items():
+        if value is not None and not (math.isfinite(float(value)) and 0 < float(value) <= MAX_REAL_US):
+            raise ValueError(f"{key} must be more than 0 and at most {MAX_REAL_US:,.0f} us "
+                             "(real-fabric time at the nominal port speed)")
 
 
 def _run_frame(prog_fd: int, netns: str, frame: bytes, ifindex: int) -> tuple[int, bytes]:

@@ -251,6 +251,7 @@ class CounterSnapshot:
     verdicts: dict[str, dict] = field(default_factory=dict)   # verdict -> {packets, bytes}
     drops: dict[str, int] = field(default_factory=dict)       # reason -> packets
     t_ns: int | None = None         # when the agent read them (monotonic ns), if it said
+    clock: dict | None = None       # the lab's clock: scale, stretch (wall s per real s)
 
     @classmethod
     def from_wire(cls, data: dict) -> "CounterSnapshot":
@@ -261,7 +262,8 @@ class CounterSnapshot:
                                          [MemberCounters(**m) for m in g["members"]])
                       for gid, g in sw["groups"].items()}
             switches[name] = SwitchCounters(ports, groups)
-        return cls(switches, dict(data.get("verdicts", {})), dict(data.get("drops", {})), data.get("t_ns"))
+        return cls(switches, dict(data.get("verdicts", {})), dict(data.get("drops", {})), data.get("t_ns"),
+                   data.get("clock"))
 
     def to_wire(self) -> dict:
         out = {"switches": {name: {"ports": {p: c.to_wire() for p, c in sw.ports.items()},
@@ -270,6 +272,8 @@ class CounterSnapshot:
                "verdicts": self.verdicts, "drops": self.drops}
         if self.t_ns is not None:
             out["t_ns"] = self.t_ns
+        if self.clock is not None:
+            out["clock"] = self.clock
         return out
 
     def port(self, switch: str, port: str) -> PortCounters | None:
@@ -293,7 +297,7 @@ class CounterSnapshot:
         drops = {r: n - before.drops.get(r, 0) for r, n in self.drops.items()}
         verdicts = {v: {k: n - before.verdicts.get(v, {}).get(k, 0) for k, n in c.items()}
                     for v, c in self.verdicts.items()}
-        return CounterSnapshot(switches, verdicts, drops, self.t_ns)
+        return CounterSnapshot(switches, verdicts, drops, self.t_ns, self.clock)
 
     def waiting_bytes(self) -> int:
         """Bytes waiting in the fabric's emulated ports now."""

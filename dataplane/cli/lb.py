@@ -114,14 +114,13 @@ def run_show(args) -> int:
         return 0
 
     pm = data["port_model"]
+    clock = data.get("clock") or {}
     console = output_console()
     if data.get("dataplane") == "kernel":
         console.print(f"lab {lab}: kernel forwarding (--dataplane kernel): multipath routes hashed "
                       "per flow (ECMP only), no port model")
     else:
-        console.print(f"lab {lab}: port model speed x {pm['scale']:g}, buffer {pm['buffer_bytes']} B, "
-                      f"ECN above {pm['ecn_bytes']} B, utilisation window {pm['window_us']:g} us, "
-                      f"{queue_text(pm)}")
+        console.print(port_model_text(lab, pm, clock))
     table = Table(title=f"lab {lab}: load balancing")
     for col in ("switch", "role", "seed", "group", "prefixes", "mode", "members (emulated/nominal speed)", "params"):
         table.add_column(col)
@@ -131,9 +130,9 @@ def run_show(args) -> int:
                                 f"{fmt_speed(sw['ports'][m]['nominal_speed_bps'])})" for m in g["members"])
             params = []
             if g["mode"] == "flowlet":
-                params.append(f"timeout {g['flowlet_timeout_us']:g}us")
+                params.append(f"timeout {real_wall(g, 'flowlet_timeout_us')}")
                 if g["busy_util"]:
-                    params.append(f"busy>{g['busy_util']:g}: {g['busy_timeout_us']:g}us")
+                    params.append(f"busy>{g['busy_util']:g}: {real_wall(g, 'busy_timeout_us')}")
             if g["weights"]:
                 params.append("weights " + ":".join(f"{w:g}" for w in g["weights"]))
             table.add_row(name, sw["role"], str(sw["hash_seed"]), gid, " ".join(g["prefixes"][:3])
@@ -148,9 +147,25 @@ def run_port_model(args) -> int:
     pm = Fabric(lab).set_port_model(scale=args.scale, buffer_bytes=args.buffer_bytes,
                                     ecn_bytes=args.ecn_bytes, window_us=args.window_us,
                                     queue=args.queue)
-    print(f"lab {lab}: port model speed x {pm['scale']:g}, buffer {pm['buffer_bytes']} B, "
-          f"ECN above {pm['ecn_bytes']} B, window {pm['window_us']:g} us, {queue_text(pm)}")
+    clock = Fabric(lab).show().get("clock") or {}
+    print(port_model_text(lab, pm, clock))
     return 0
+
+
+def port_model_text(lab: str, pm: dict, clock: dict) -> str:
+    """One line: the port model with its times as real-fabric and wall-clock values."""
+    window = f"{pm['window_us']:g} us real"
+    if "window_wall_us" in clock:
+        window += f" = {clock['window_wall_us']:g} us wall"
+    return (f"lab {lab}: port model speed x {pm['scale']:g} (1 real-fabric us = "
+            f"{clock.get('stretch', 1):g} us of wall-clock time), buffer {pm['buffer_bytes']} B, "
+            f"ECN above {pm['ecn_bytes']} B, utilisation window {window}, {queue_text(pm)}")
+
+
+def real_wall(group: dict, key: str) -> str:
+    """'200us real = 8000us wall' for a group's time (real-fabric and as the lab waits it)."""
+    wall = group.get(key.replace("_us", "_wall_us"))
+    return f"{group[key]:g}us real" + (f" = {wall:g}us wall" if wall is not None else "")
 
 
 def queue_text(pm: dict) -> str:

@@ -148,7 +148,7 @@ def _bar(frac: float | None, width: int = 6) -> str:
 
 
 def build_table(rows: list[PortRow], *, lab: str = "", interval: float | None = None,
-                limit: int | None = None, stamp: str | None = None):
+                limit: int | None = None, stamp: str | None = None, clock: dict | None = None):
 
     shown = rows if not limit or limit <= 0 else rows[:limit]
     up = [r for r in rows if r.direction == "up"]
@@ -196,6 +196,9 @@ def build_table(rows: list[PortRow], *, lab: str = "", interval: float | None = 
         caption += f" ({_bps(emulated)}b/s emulated, {_bps(nominal)}b/s nominal)" if emulated else \
             " (no port model)"
     caption += "; model = port model's own utilisation."
+    if clock and clock.get("scale"):
+        caption += (f" Clock: scale {clock['scale']:g}, 1 real-fabric us = {clock['stretch']:g} us wall; "
+                    f"utilisation window {clock.get('window_wall_us', 0):g} us wall.")
     if len(shown) < len(rows):
         caption += f" {len(rows) - len(shown)} quieter ports not shown (--limit)."
     table.caption = caption
@@ -223,7 +226,8 @@ def run(args) -> int:
         time.sleep(args.interval)
         cur, t_cur = poll(lab, args.switch)
         rows = compute_rows(prev, cur, t_cur - t_prev, spec)
-        console.print(build_table(rows, lab=lab, interval=args.interval, limit=args.limit))
+        console.print(build_table(rows, lab=lab, interval=args.interval, limit=args.limit,
+                                  clock=cur.clock))
         return 0
     def limit() -> int:
         return args.limit if args.limit is not None else max(5, console.size.height - 9)
@@ -237,7 +241,7 @@ def run(args) -> int:
                 cur, t_cur = poll(lab, args.switch)
                 rows = compute_rows(prev, cur, t_cur - t_prev, spec)
                 live.update(build_table(rows, lab=lab, interval=args.interval, limit=limit(),
-                                        stamp=time.strftime("%H:%M:%S")))
+                                        stamp=time.strftime("%H:%M:%S"), clock=cur.clock))
                 prev, t_prev = cur, t_cur
     except KeyboardInterrupt:
         return 0

@@ -43,7 +43,8 @@ class FakeDataplane:
         pass
 
     def set_port_model(self, ifindex, *, speed_bps, buffer_bytes, ecn_bytes, window_us, real_queue):
-        self.models[ifindex] = {"speed_bps": speed_bps, "buffer_bytes": buffer_bytes}
+        self.models[ifindex] = {"speed_bps": speed_bps, "buffer_bytes": buffer_bytes,
+                                "window_us": window_us}
 
     def port_model(self, ifindex):
         return self.models.get(ifindex)
