@@ -141,6 +141,11 @@ struct port_queue {
     __u64 win_busy_ns;    /* state: transmit time of frames accepted in this window (ns) */
     __u32 flags;          /* config: QUEUE_F_* */
     __u32 _pad;
+    __u64 ecn_max_ns;     /* config: RED Kmax as drain time (ns): every ECT frame above it is
+                           * marked, between ecn_ns (Kmin) and it with a probability rising to
+                           * ecn_pmax; <= ecn_ns: a step at ecn_ns (bpf/ecn.h) */
+    __u32 ecn_pmax;       /* config: RED Pmax, ECN_P_ONE = 1 */
+    __u32 _pad2;
 };
 
 /* XDP metadata (in front of the frame, bpf_xdp_adjust_meta) of a frame handed to

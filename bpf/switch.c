@@ -48,6 +48,7 @@
 #include "rewrite.h"
 #include "arp.h"
 #include "lb.h"
+#include "ecn.h"
 
 static __always_inline void rl_count_verdict(struct xdp_md *ctx, __u32 key)
 {
@@ -426,7 +427,7 @@ static __always_inline int queue_admit(struct port_queue *q, __u64 now, __u64 tx
         }
     }
     if (done) {
-        *mark = backlog > q->ecn_ns;
+        *mark = ecn_mark(q, backlog);
         __sync_fetch_and_add(&q->win_busy_ns, tx_ns);
     }
     ws = *(volatile __u64 *)&q->win_start;

@@ -90,6 +90,7 @@ WCMP_SLOTS = 64
 DOWN_MASK_BITS = 64
 LB_SCAN_MAX = 4
 UTIL_ONE = 1024
+ECN_P_ONE = 65536
 
 
 def lb_mode(mode: str | int) -> int:
@@ -266,6 +267,9 @@ class PortQueue(ct.Structure):
         ("win_busy_ns", ct.c_uint64),
         ("flags", ct.c_uint32),
         ("_pad", ct.c_uint32),
+        ("ecn_max_ns", ct.c_uint64),
+        ("ecn_pmax", ct.c_uint32),
+        ("_pad2", ct.c_uint32),
     ]
 
 

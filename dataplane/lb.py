@@ -73,13 +73,16 @@ class Fabric:
 
     def set_port_model(self, *, scale: float | None = None, buffer_bytes: int | None = None,
                        ecn_bytes: int | None = None, window_us: float | None = None,
-                       queue: str | None = None) -> dict:
+                       queue: str | None = None, ecn_max_bytes: int | None = None,
+                       ecn_pmax: float | None = None) -> dict:
         """Emulated ports of the whole lab: speed = nominal x scale (0 = no model), tail-drop
-        buffer, ECN threshold (-1 = never mark), utilisation window, queue 'virtual' (no
+        buffer, ECN threshold (-1 = never mark; with ecn_max_bytes above it and ecn_pmax,
+        RED: Kmin, Kmax, Pmax), utilisation window (real-fabric us), queue 'virtual' (no
         added delay, fastest) or 'real' (frames wait in a shaper qdisc at the port's
         speed; see dataplane.realqueue). Resets the queues."""
         return self._req("port_model", scale=scale, buffer_bytes=buffer_bytes,
-                         ecn_bytes=ecn_bytes, window_us=window_us, queue=queue)
+                         ecn_bytes=ecn_bytes, window_us=window_us, queue=queue,
+                         ecn_max_bytes=ecn_max_bytes, ecn_pmax=ecn_pmax)
 
     # -------------------------------------------------------------- counters
     def counters(self, switch: str | None = None) -> dict:

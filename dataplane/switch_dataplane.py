@@ -620,10 +620,14 @@ class SwitchDataplane:
     # ------------------------------------------------------------------ port model
     def set_port_model(self, ifindex: int, *, speed_bps: int, buffer_bytes: int = 32768,
                        ecn_bytes: int | None = 8192, window_us: float = 1000.0,
-                       real_queue: bool = False) -> None:
+                       real_queue: bool = False, ecn_max_bytes: int | None = None,
+                       ecn_pmax: float = 1.0) -> None:
         """Emulate an egress port: speed_bps (already scaled), a tail-drop buffer of
         buffer_bytes, CE marking of ECT frames while the backlog exceeds ecn_bytes (None =
-        never), utilisation averaged over window_us windows. speed_bps 0 = no model
+        never) -- RED-style if ecn_max_bytes is above it: probability rising from 0 at
+        ecn_bytes (Kmin) to ecn_pmax at ecn_max_bytes (Kmax), every frame above Kmax (None
+        or <= Kmin: a step at Kmin) --, utilisation averaged over window_us windows
+        (wall-clock time). speed_bps 0 = no model
         (unlimited, no queue). The queue is virtual: frames are not delayed -- unless
         real_queue, which hands them to tc_handoff and the port's shaper qdisc instead of
         redirecting them (the caller sets those up first, see dataplane.realqueue)."""
@@ -638,6 +642,11 @@ class SwitchDataplane:
         q.ps_per_byte = ps_per_byte
         q.buf_ns = buffer_bytes * ps_per_byte // 1000
         q.ecn_ns = (2**64 - 1) if ecn_bytes is None else ecn_bytes * ps_per_byte // 1000
+        if not 0 <= ecn_pmax <= 1:
+            raise ValueError(f"ECN Pmax {ecn_pmax} is not a probability (0..1)")
+        if ecn_bytes is not None and ecn_max_bytes is not None and ecn_max_bytes > ecn_bytes:
+            q.ecn_max_ns = ecn_max_bytes * ps_per_byte // 1000
+            q.ecn_pmax = round(ecn_pmax * abi.ECN_P_ONE)
         q.win_ns = min(int(window_us * 1000), 2**32 - 1)
         if real_queue:
             if not speed_bps:
@@ -648,7 +657,8 @@ class SwitchDataplane:
         self._write_port(ifindex, port)
         self._port_model[ifindex] = {"speed_bps": speed_bps, "buffer_bytes": buffer_bytes,
                                      "ecn_bytes": ecn_bytes, "window_us": window_us,
-                                     "real_queue": real_queue}
+                                     "real_queue": real_queue, "ecn_max_bytes": ecn_max_bytes,
+                                     "ecn_pmax": ecn_pmax}
 
     def port_model(self, ifindex: int) -> dict | None:
         return self._port_model.get(ifindex)

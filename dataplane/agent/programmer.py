@@ -33,8 +33,10 @@ from dataplane.switch_dataplane import GroupState
 # also wait in a shaper qdisc at the port's speed (dataplane.realqueue), so queueing
 # delay, reordering across paths and TCP at slow ports are real (the skb path costs
 # a few microseconds per hop, so it is for experiments, not for speed).
+# ECN is RED-style (DCQCN's): ecn_bytes is Kmin, ecn_max_bytes Kmax (-1 or <= Kmin: one
+# threshold, every ECT frame above Kmin marked), ecn_pmax the marking probability at Kmax.
 PORT_MODEL_DEFAULTS = {"scale": 1 / 40, "buffer_bytes": 32768, "ecn_bytes": 8192,
-                       "window_us": 2.0, "queue": "virtual"}
+                       "window_us": 2.0, "queue": "virtual", "ecn_max_bytes": -1, "ecn_pmax": 1.0}
 # Load-balancing times of a new group, real-fabric microseconds at the nominal speed: a
 # flowlet ends after a 200 us gap (about 6,700 full frames at 400G), or 50 us while its
 # member is busy. At scale 1/40 the lab waits 8 ms and 2 ms of wall-clock time for them.
@@ -178,6 +180,11 @@ class SwitchProgrammer:
             raise ValueError(f"a real queue needs native XDP (--dataplane xdp): this lab attaches "
                              f"in {self.spec.dataplane} mode, where frames handed up to a port's "
                              "shaper do not reach it")
+        if pm["ecn_max_bytes"] > MAX_BUFFER_BYTES or (0 <= pm["ecn_max_bytes"] < pm["ecn_bytes"]):
+            raise ValueError(f"ECN Kmax {pm['ecn_max_bytes']} B must not be below Kmin "
+                             f"{pm['ecn_bytes']} B (-1 = one threshold at Kmin)")
+        if not (math.isfinite(pm["ecn_pmax"]) and 0 < pm["ecn_pmax"] <= 1):
+            raise ValueError(f"ECN Pmax {pm['ecn_pmax']} must be a probability above 0 and at most 1")
         if pm["queue"] == "real" and pm["scale"] == 0:
             raise ValueError("a real queue needs the port model on (scale > 0)")
         if pm["scale"] > 0:
@@ -212,7 +219,9 @@ class SwitchProgrammer:
             queues.shape(iface.ifindex, speed, pm["buffer_bytes"])
         self.dp.set_port_model(iface.ifindex, speed_bps=speed, buffer_bytes=pm["buffer_bytes"],
                                ecn_bytes=pm["ecn_bytes"] if pm["ecn_bytes"] >= 0 else None,
-                               window_us=self.wall_us(pm["window_us"]), real_queue=real)
+                               window_us=self.wall_us(pm["window_us"]), real_queue=real,
+                               ecn_max_bytes=pm["ecn_max_bytes"] if pm["ecn_max_bytes"] >= 0 else None,
+                               ecn_pmax=pm["ecn_pmax"])
         if not real and iface.ifindex in self._handoff_ports:
             queues.detach(iface.ifindex)
             self._handoff_ports.discard(iface.ifindex)

@@ -76,6 +76,8 @@ class PortModel(Request):
     ecn_bytes: int | None = None
     window_us: float | None = None
     queue: str | None = None
+    ecn_max_bytes: int | None = None
+    ecn_pmax: float | None = None
 
 
 @dataclass

@@ -42,7 +42,11 @@ def register(sub) -> None:
                                                 "e.g. 0.00025 = 400G -> 100 Mb/s")
     pm.add_argument("--buffer-bytes", type=int)
     pm.add_argument("--ecn-bytes", type=int, help="mark CE above this backlog (-1 = never)")
-    pm.add_argument("--window-us", type=float, help="utilisation averaging window")
+    pm.add_argument("--ecn", metavar="KMIN,KMAX,PMAX",
+                    help="RED marking as DCQCN expects: no mark below KMIN bytes, probability "
+                         "rising to PMAX at KMAX, every frame above KMAX (one number: a step)")
+    pm.add_argument("--window-us", type=float, help="utilisation averaging window "
+                                                    "(real-fabric us at the nominal speed)")
     pm.add_argument("--queue", choices=("virtual", "real"),
                     help="virtual: drops and marks, no added delay (fast); real: frames also "
                          "wait in a shaper qdisc at the port's speed (delay, reordering)")
@@ -143,13 +147,40 @@ def run_show(args) -> int:
 
 def run_port_model(args) -> int:
 
+    red = parse_ecn(args.ecn) if args.ecn is not None else {}
+    if red and args.ecn_bytes is not None:
+        raise UsageError("--ecn and --ecn-bytes both set the ECN threshold: give one")
     lab = single_lab(args.lab)
     pm = Fabric(lab).set_port_model(scale=args.scale, buffer_bytes=args.buffer_bytes,
                                     ecn_bytes=args.ecn_bytes, window_us=args.window_us,
-                                    queue=args.queue)
+                                    queue=args.queue, **red)
     clock = Fabric(lab).show().get("clock") or {}
     print(port_model_text(lab, pm, clock))
     return 0
+
+
+def parse_ecn(text: str) -> dict:
+    """'KMIN' or 'KMIN,KMAX,PMAX' -> set_port_model's ecn_bytes, ecn_max_bytes, ecn_pmax."""
+    parts = [p.strip() for p in str(text).split(",")]
+    try:
+        if len(parts) == 1:
+            return {"ecn_bytes": int(parts[0]), "ecn_max_bytes": -1, "ecn_pmax": 1.0}
+        if len(parts) == 3:
+            kmin, kmax, pmax = int(parts[0]), int(parts[1]), float(parts[2])
+            return {"ecn_bytes": kmin, "ecn_max_bytes": kmax, "ecn_pmax": pmax}
+    except ValueError:
+        pass
+    raise UsageError(f"--ecn {text!r}: give KMIN or KMIN,KMAX,PMAX (bytes, bytes, a probability), "
+                     "e.g. 5000,200000,0.01")
+
+
+def ecn_text(pm: dict) -> str:
+    if pm["ecn_bytes"] < 0:
+        return "no ECN"
+    if pm.get("ecn_max_bytes", -1) > pm["ecn_bytes"]:
+        return (f"ECN RED from {pm['ecn_bytes']} B to {pm['ecn_max_bytes']} B "
+                f"(Pmax {pm['ecn_pmax']:g}, all above)")
+    return f"ECN above {pm['ecn_bytes']} B"
 
 
 def port_model_text(lab: str, pm: dict, clock: dict) -> str:
@@ -159,7 +190,7 @@ def port_model_text(lab: str, pm: dict, clock: dict) -> str:
         window += f" = {clock['window_wall_us']:g} us wall"
     return (f"lab {lab}: port model speed x {pm['scale']:g} (1 real-fabric us = "
             f"{clock.get('stretch', 1):g} us of wall-clock time), buffer {pm['buffer_bytes']} B, "
-            f"ECN above {pm['ecn_bytes']} B, utilisation window {window}, {queue_text(pm)}")
+            f"{ecn_text(pm)}, utilisation window {window}, {queue_text(pm)}")
 
 
 def real_wall(group: dict, key: str) -> str:

@@ -71,6 +71,8 @@ SCHEMA = {
                 "scale": {"type": "number", "minimum": 0, "maximum": 1},
                 "buffer_bytes": {"type": "integer", "minimum": 1},
                 "ecn_bytes": {"type": "integer", "minimum": -1},
+                "ecn_max_bytes": {"type": "integer", "minimum": -1},
+                "ecn_pmax": {"type": "number", "exclusiveMinimum": 0, "maximum": 1},
                 "window_us": {"type": "number", "exclusiveMinimum": 0},
                 "queue": {"enum": ["virtual", "real"]},
             },

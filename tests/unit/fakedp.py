@@ -42,7 +42,8 @@ class FakeDataplane:
     def add_address(self, switch_id, ifindex, ip):
         pass
 
-    def set_port_model(self, ifindex, *, speed_bps, buffer_bytes, ecn_bytes, window_us, real_queue):
+    def set_port_model(self, ifindex, *, speed_bps, buffer_bytes, ecn_bytes, window_us, real_queue,
+                       ecn_max_bytes=None, ecn_pmax=1.0):
         self.models[ifindex] = {"speed_bps": speed_bps, "buffer_bytes": buffer_bytes,
                                 "window_us": window_us}
 
