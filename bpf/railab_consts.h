@@ -70,7 +70,9 @@
                                 * on the EGRESS port's drops[], unlike every other reason */
 #define DROP_MEMBERS_DOWN 10   /* every member of the route's group is down (PORT_F_DOWN on its
                                 * egress port): local fast failover has nowhere left to go */
-#define DROP_REASON_MAX    16  /* array size; reasons 11..15 are reserved */
+#define DROP_PFC_HEADROOM 11   /* lossless-priority frame over its ingress port's XOFF + headroom
+                                * (PFC on): the pause came too late for the buffer it reserved */
+#define DROP_REASON_MAX    16  /* array size; reasons 12..15 are reserved */
 
 /* ---- next-hop group modes (struct group.mode) ---- */
 #define LB_MODE_ECMP         0   /* hash of selected fields, seeded per switch */
@@ -126,6 +128,12 @@
 /* verdict_stats keys: the XDP actions, then railab's own outcomes */
 #define RL_VERDICT_QUEUED 5           /* XDP_PASS to tc_handoff, into a real queue */
 #define RL_XDP_ACTION_MAX 6           /* XDP_ABORTED .. XDP_REDIRECT, RL_VERDICT_QUEUED */
+
+/* ---- PFC (bpf/pfc.h) ---- */
+#define RL_ETH_P_MAC_CONTROL 0x8808   /* PFC / PAUSE frames */
+#define PFC_RING      64              /* frames of one ingress port tracked until they leave */
+#define PFC_POPS      4               /* departed ring entries retired per arriving frame */
+#define PFC_F_ON      (1U << 0)       /* pfc_cfg.flags: lossless priority accounted, never tail-dropped */
 
 /* struct handoff.magic: "rail", tells railab's metadata from anything else in front */
 #define HANDOFF_MAGIC     0x7261696cU

@@ -33,6 +33,7 @@ MAX_LEARNED = 16384
 
 # ---- protocol numbers ----
 RL_ETH_P_IP = 0x0800
+RL_ETH_P_MAC_CONTROL = 0x8808
 RL_ETH_P_ARP = 0x0806
 RL_IPPROTO_TCP = 6
 RL_IPPROTO_UDP = 17
@@ -50,6 +51,7 @@ DROP_UNKNOWN_PORT = 7
 DROP_NOT_UNICAST = 8
 DROP_QUEUE_FULL = 9
 DROP_MEMBERS_DOWN = 10
+DROP_PFC_HEADROOM = 11
 DROP_REASON_MAX = 16
 
 DROP_REASONS: dict[int, str] = {
@@ -63,6 +65,7 @@ DROP_REASONS: dict[int, str] = {
     DROP_NOT_UNICAST: "not_unicast",
     DROP_QUEUE_FULL: "queue_full",
     DROP_MEMBERS_DOWN: "members_down",
+    DROP_PFC_HEADROOM: "pfc_headroom",
 }
 
 # ---- group modes ----
@@ -90,6 +93,11 @@ WCMP_SLOTS = 64
 DOWN_MASK_BITS = 64
 LB_SCAN_MAX = 4
 UTIL_ONE = 1024
+
+# ---- PFC (bpf/pfc.h) ----
+PFC_RING = 64
+PFC_POPS = 4
+PFC_F_ON = 1 << 0
 ECN_P_ONE = 65536
 
 
@@ -362,6 +370,34 @@ class LearnVal(ct.Structure):
 
 
 # map name -> (key type, value type); sizes of array maps come from the cflags
+class PfcCfg(ct.Structure):
+    """value of `pfc_cfg` (array, key 0)"""
+    _fields_ = [
+        ("flags", ct.c_uint32),
+        ("lossless_dscp", ct.c_uint8),
+        ("lossless_prio", ct.c_uint8),
+        ("_pad", ct.c_uint16),
+    ]
+
+
+class PfcPort(ct.Structure):
+    """value of `pfc_port` (array, key: ingress port slot)"""
+    _fields_ = [
+        ("limit_bytes", ct.c_uint32),
+        ("head", ct.c_uint32),
+        ("tail", ct.c_uint32),
+        ("bytes", ct.c_uint32),
+        ("peak", ct.c_uint32),
+        ("_pad", ct.c_uint32),
+        ("headroom_drops", ct.c_uint64),
+        ("pause_rx", ct.c_uint64),
+        ("pause_until", ct.c_uint64 * 8),
+        ("ns_per_quantum", ct.c_uint64),
+        ("t_dep", ct.c_uint64 * PFC_RING),
+        ("len", ct.c_uint32 * PFC_RING),
+    ]
+
+
 MAPS: dict[str, tuple[type, type]] = {
     "ports": (ct.c_uint32, PortInfo),
     "port_index": (ct.c_uint32, PortInfo),
@@ -382,6 +418,8 @@ MAPS: dict[str, tuple[type, type]] = {
     "tm_dsts": (TmDstKey, ct.c_uint32),
     "arp_learned": (LearnKey, LearnVal),
     "learn_gen": (ct.c_uint32, ct.c_uint64),
+    "pfc_cfg": (ct.c_uint32, PfcCfg),
+    "pfc_port": (ct.c_uint32, PfcPort),
 }
 
 # C #define name -> value mirrored above (checked against railab_consts.h)

@@ -660,6 +660,36 @@ class SwitchDataplane:
                                      "real_queue": real_queue, "ecn_max_bytes": ecn_max_bytes,
                                      "ecn_pmax": ecn_pmax}
 
+    # ------------------------------------------------------------------ PFC
+    def set_pfc(self, *, on: bool, lossless_dscp: int = 26, lossless_prio: int = 3) -> None:
+        """Lab-wide PFC: frames with lossless_dscp are the lossless priority (accounted at
+        their ingress port, never tail-dropped by an egress queue) while on."""
+        cfg = abi.PfcCfg(flags=abi.PFC_F_ON if on else 0, lossless_dscp=lossless_dscp,
+                         lossless_prio=lossless_prio)
+        self.maps.update("pfc_cfg", ct.c_uint32(0), cfg)
+
+    def set_pfc_port(self, ifindex: int, *, limit_bytes: int, ns_per_quantum: int) -> None:
+        """An ingress port's PFC account: a lossless frame beyond limit_bytes (XOFF +
+        headroom; 0 = no accounting) is dropped; ns_per_quantum: wall ns of one pause
+        quantum it receives. Resets the account and the pause times."""
+        port = self.port_info(ifindex)
+        pp = abi.PfcPort(limit_bytes=min(int(limit_bytes), 2**32 - 1), ns_per_quantum=int(ns_per_quantum))
+        self.maps.update("pfc_port", ct.c_uint32(port.slot), pp)
+
+    def pfc_port_state(self, ifindex: int) -> dict:
+        """occupancy_bytes: lossless bytes from this ingress port still waiting in egress
+        queues now; peak_bytes, headroom_drops; pause_rx (PFC frames received here) and
+        paused_until_ns per priority (monotonic ns; 0 = never paused)."""
+        port = self.port_info(ifindex)
+        pp = abi.PfcPort()
+        if not self.maps.lookup("pfc_port", ct.c_uint32(port.slot), pp):
+            return {}
+        now = time.monotonic_ns()
+        occupancy = sum(pp.len[i % abi.PFC_RING] for i in range(pp.tail, pp.head)
+                        if pp.t_dep[i % abi.PFC_RING] > now) if pp.head - pp.tail <= abi.PFC_RING else pp.bytes
+        return {"occupancy_bytes": occupancy, "peak_bytes": pp.peak, "headroom_drops": pp.headroom_drops,
+                "pause_rx": pp.pause_rx, "paused_until_ns": list(pp.pause_until)}
+
     def port_model(self, ifindex: int) -> dict | None:
         return self._port_model.get(ifindex)
 

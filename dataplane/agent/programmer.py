@@ -12,7 +12,7 @@ import zlib
 from dataclasses import dataclass, field
 
 from dataplane import bpf_abi as abi
-from dataplane import controller, timescale
+from dataplane import controller, pfc, timescale
 from dataplane.netns_util import in_netns
 from dataplane.pathtrace import FlowKey, trace
 from dataplane.progtest import prog_test_run
@@ -35,8 +35,17 @@ from dataplane.switch_dataplane import GroupState
 # a few microseconds per hop, so it is for experiments, not for speed).
 # ECN is RED-style (DCQCN's): ecn_bytes is Kmin, ecn_max_bytes Kmax (-1 or <= Kmin: one
 # threshold, every ECT frame above Kmin marked), ecn_pmax the marking probability at Kmax.
+# PFC (dataplane.pfc, bpf/pfc.h): frames with pfc_dscp are the lossless priority
+# pfc_priority; above xoff_bytes buffered from one ingress port the switch pauses that
+# port's neighbour, at or below xon_bytes it resumes it; headroom_bytes above XOFF absorb
+# what arrives before the pause takes effect. Pauses last pfc_quanta x 512 bit times at
+# the nominal speed (real-fabric time). Needs the real queue: XDP cannot hold a frame.
 PORT_MODEL_DEFAULTS = {"scale": 1 / 40, "buffer_bytes": 32768, "ecn_bytes": 8192,
-                       "window_us": 2.0, "queue": "virtual", "ecn_max_bytes": -1, "ecn_pmax": 1.0}
+                       "window_us": 2.0, "queue": "virtual", "ecn_max_bytes": -1, "ecn_pmax": 1.0,
+                       "pfc": "off", "xoff_bytes": 12288, "xon_bytes": 6144, "headroom_bytes": 8192,
+                       "pfc_dscp": pfc.DEFAULT_LOSSLESS_DSCP, "pfc_priority": pfc.DEFAULT_LOSSLESS_PRIORITY,
+                       "pfc_quanta": pfc.MAX_QUANTA}
+PFC_STATES = ("on", "off")
 # Load-balancing times of a new group, real-fabric microseconds at the nominal speed: a
 # flowlet ends after a 200 us gap (about 6,700 full frames at 400G), or 50 us while its
 # member is busy. At scale 1/40 the lab waits 8 ms and 2 ms of wall-clock time for them.
@@ -94,6 +103,7 @@ class SwitchProgrammer:
         self.speed_override: dict[int, int] = {}   # ifindex -> nominal b/s (fault "degrade")
         self._handoff_ports: set[int] = set()        # ifindexes with tc_handoff attached
         self.lb_times: dict[int, dict[str, float]] = {}   # gid -> LB_TIME_DEFAULTS' keys, real us
+        self.pfc_sender = None                     # dataplane.agent.pfc.PfcSender while PFC is on
 
     # ------------------------------------------------------------ one clock
     def wall_us(self, real_us: float) -> float:
@@ -161,6 +171,7 @@ class SwitchProgrammer:
         if rescaled:       # the same real-fabric times are other wall-clock times now
             for gid in self.lb_times:
                 self._write_lb_times(gid)
+        self._apply_pfc()
         return dict(new)
 
     def _check_port_model(self, pm: dict) -> None:
@@ -185,6 +196,7 @@ class SwitchProgrammer:
                              f"{pm['ecn_bytes']} B (-1 = one threshold at Kmin)")
         if not (math.isfinite(pm["ecn_pmax"]) and 0 < pm["ecn_pmax"] <= 1):
             raise ValueError(f"ECN Pmax {pm['ecn_pmax']} must be a probability above 0 and at most 1")
+        self._check_pfc(pm)
         if pm["queue"] == "real" and pm["scale"] == 0:
             raise ValueError("a real queue needs the port model on (scale > 0)")
         if pm["scale"] > 0:
@@ -193,6 +205,59 @@ class SwitchProgrammer:
             if slowest < MIN_PORT_BPS:
                 raise ValueError(f"scale {pm['scale']:g} makes the slowest port {slowest:,.0f} b/s; "
                                  f"the port model emulates {MIN_PORT_BPS:,} b/s and up")
+
+    def _check_pfc(self, pm: dict) -> None:
+        if pm["pfc"] not in PFC_STATES:
+            raise ValueError(f"pfc must be on or off, not {pm['pfc']!r}")
+        if not 0 <= pm["pfc_priority"] <= 7 or pm["pfc_priority"] == pfc.DEFAULT_CNP_PRIORITY:
+            raise ValueError(f"PFC priority {pm['pfc_priority']}: must be one of 0-7 other than "
+                             f"{pfc.DEFAULT_CNP_PRIORITY} (CNPs)")
+        if not 0 <= pm["pfc_dscp"] <= 63 or pm["pfc_dscp"] == pfc.DEFAULT_CNP_DSCP:
+            raise ValueError(f"PFC DSCP {pm['pfc_dscp']}: must be 0-63 other than "
+                             f"{pfc.DEFAULT_CNP_DSCP} (CNPs)")
+        if not 1 <= pm["pfc_quanta"] <= pfc.MAX_QUANTA:
+            raise ValueError(f"PFC quanta {pm['pfc_quanta']}: must be 1-{pfc.MAX_QUANTA}")
+        if pm["pfc"] == "off":
+            return
+        if pm["queue"] != "real":
+            raise ValueError("PFC needs --queue real: a virtual queue cannot hold a paused "
+                             "priority's frames (XDP forwards or drops at once)")
+        if not 0 <= pm["xon_bytes"] <= pm["xoff_bytes"]:
+            raise ValueError(f"XON {pm['xon_bytes']} B must be at most XOFF {pm['xoff_bytes']} B")
+        frame = max((self._mtu(i) for n in self.spec.switches for i in n.interfaces), default=1500) + 18
+        if pm["headroom_bytes"] < frame:
+            raise ValueError(f"headroom {pm['headroom_bytes']} B is smaller than one frame ({frame} B)")
+        if pm["xoff_bytes"] + pm["headroom_bytes"] > pm["buffer_bytes"] * 8:
+            raise ValueError(f"XOFF + headroom ({pm['xoff_bytes'] + pm['headroom_bytes']} B) do not fit "
+                             f"the port's share of the buffer (8 x {pm['buffer_bytes']} B)")
+
+    @staticmethod
+    def _mtu(iface) -> int:
+        return int(getattr(iface, "mtu", 0) or 1500)
+
+    def pause_wall_ns(self, iface, quanta: int) -> int:
+        """Wall-clock ns that `quanta` pause quanta last on this port (nominal speed, scale)."""
+        nominal = self.speed_override.get(iface.ifindex, iface.speed_bps)
+        return int(pfc.quanta_wall_seconds(quanta, nominal, self.port_model["scale"]) * 1e9)
+
+    def _apply_pfc(self) -> None:
+        """PFC on or off in the data path, every port's account, and the sender thread."""
+        pm = self.port_model
+        on = pm["pfc"] == "on"
+        self.dp.set_pfc(on=on, lossless_dscp=pm["pfc_dscp"], lossless_prio=pm["pfc_priority"])
+        for node in self.spec.switches:
+            for iface in node.interfaces:
+                self.dp.set_pfc_port(iface.ifindex,
+                                     limit_bytes=pm["xoff_bytes"] + pm["headroom_bytes"] if on else 0,
+                                     ns_per_quantum=self.pause_wall_ns(iface, 1) or 1)
+        if self.pfc_sender is not None:
+            self.pfc_sender.close()
+            self.pfc_sender = None
+        if on:
+            from dataplane.agent.pfc import PfcSender
+            self.pfc_sender = PfcSender(self, {"xoff_bytes": pm["xoff_bytes"], "xon_bytes": pm["xon_bytes"],
+                                               "quanta": pm["pfc_quanta"], "priority": pm["pfc_priority"]})
+            self.pfc_sender.start()
 
     def _queues(self, node):
         """The real-queue (tc) side of node's ports, or a no-op context if neither the
@@ -216,7 +281,7 @@ class SwitchProgrammer:
             if iface.ifindex not in self._handoff_ports:
                 queues.attach(iface.ifindex, self.dp.handoff_prog_fd)
                 self._handoff_ports.add(iface.ifindex)
-            queues.shape(iface.ifindex, speed, pm["buffer_bytes"])
+            queues.shape(iface.ifindex, speed, pm["buffer_bytes"] + self._pfc_room(pm))
         self.dp.set_port_model(iface.ifindex, speed_bps=speed, buffer_bytes=pm["buffer_bytes"],
                                ecn_bytes=pm["ecn_bytes"] if pm["ecn_bytes"] >= 0 else None,
                                window_us=self.wall_us(pm["window_us"]), real_queue=real,
@@ -225,6 +290,14 @@ class SwitchProgrammer:
         if not real and iface.ifindex in self._handoff_ports:
             queues.detach(iface.ifindex)
             self._handoff_ports.discard(iface.ifindex)
+
+    def _pfc_room(self, pm: dict) -> int:
+        """Bytes a real queue must hold beyond the buffer while PFC is on: lossless frames
+        are never tail-dropped, each ingress port of a switch may park XOFF + headroom."""
+        if pm["pfc"] != "on":
+            return 0
+        most_ports = max(len(n.interfaces) for n in self.spec.switches)
+        return most_ports * (pm["xoff_bytes"] + pm["headroom_bytes"])
 
     def port_speed(self, switch: str, port: str, speed_bps: int | None = None) -> dict:
         """Fault 'degrade': give one port a lower nominal speed (scaled like every port by
@@ -501,6 +574,7 @@ class SwitchProgrammer:
                 model = self.dp.port_model(i.ifindex) or {}
                 c["speed_bps"] = model.get("speed_bps", 0)       # emulated (scaled)
                 c["nominal_speed_bps"] = i.speed_bps
+                c["pfc"] = self.pfc_counters(i)
                 ports[i.name] = c
             groups = {}
             for (owner, members), gid in self.routing.groups.items():
@@ -522,6 +596,24 @@ class SwitchProgrammer:
         result["t_ns"] = (started + time.monotonic_ns()) // 2
         result["clock"] = self.clock()
         return result
+
+    def pfc_counters(self, iface) -> dict:
+        """Per port, for the lossless priority: pause frames sent (XOFF and XON) and time
+        spent pausing the neighbour (wall and real ns), frames received from it, headroom
+        used (peak account above XOFF), headroom drops. Empty while PFC is off."""
+        if self.port_model["pfc"] != "on":
+            return {}
+        st = self.dp.pfc_port_state(iface.ifindex)
+        sent = self.pfc_sender.port_counters(iface.ifindex) if self.pfc_sender else {}
+        wall = sent.get("paused_sent_ns", 0)
+        return {"priority": self.port_model["pfc_priority"],
+                "pause_frames_sent": sent.get("pause_frames_sent", 0), "xon_sent": sent.get("xon_sent", 0),
+                "pausing": bool(sent.get("pausing")), "paused_ns": wall,
+                "paused_real_ns": int(timescale.real_seconds(wall, self.port_model["scale"])),
+                "pause_frames_received": st.get("pause_rx", 0),
+                "occupancy_bytes": st.get("occupancy_bytes", 0),
+                "headroom_used_bytes": max(0, st.get("peak_bytes", 0) - self.port_model["xoff_bytes"]),
+                "headroom_drops": st.get("headroom_drops", 0)}
 
     def switch_reset(self, switch: str) -> dict:
         """Forget the switch's run-time state (as a reboot would); see reset_switch_state."""

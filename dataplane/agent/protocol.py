@@ -78,6 +78,13 @@ class PortModel(Request):
     queue: str | None = None
     ecn_max_bytes: int | None = None
     ecn_pmax: float | None = None
+    pfc: str | None = None              # "on" / "off"
+    xoff_bytes: int | None = None
+    xon_bytes: int | None = None
+    headroom_bytes: int | None = None
+    pfc_dscp: int | None = None
+    pfc_priority: int | None = None
+    pfc_quanta: int | None = None
 
 
 @dataclass
@@ -187,6 +194,8 @@ def request(op: str, **fields) -> Request:
 
 # ------------------------------------------------------------------ the counters reply
 PORT_TOTALS = ("rx_packets", "rx_bytes", "tx_packets", "tx_bytes", "ecn_marked")
+PFC_TOTALS = ("pause_frames_sent", "xon_sent", "paused_ns", "paused_real_ns", "pause_frames_received",
+              "headroom_drops")
 
 
 @dataclass
@@ -203,6 +212,8 @@ class PortCounters:
     speed_bps: int = 0              # emulated (nominal x the port model's scale); 0 = no model
     nominal_speed_bps: int = 0      # the topology's
     shaper: dict | None = None      # real queue: the port's qdisc now (backlog_bytes, drops, ...)
+    pfc: dict = field(default_factory=dict)   # PFC on: the lossless priority's pauses (see
+                                              # SwitchProgrammer.pfc_counters); {} while off
 
     @property
     def waiting_bytes(self) -> int:
@@ -213,9 +224,10 @@ class PortCounters:
     def minus(self, before: "PortCounters") -> "PortCounters":
         """Totals since `before`; the state now (queue, speeds) as it is."""
         reasons = set(self.drops) | set(before.drops)
+        pfc = {k: (v - before.pfc.get(k, 0) if k in PFC_TOTALS else v) for k, v in self.pfc.items()}
         return dataclasses.replace(
             self, **{f: getattr(self, f) - getattr(before, f) for f in PORT_TOTALS},
-            drops={r: self.drops.get(r, 0) - before.drops.get(r, 0) for r in reasons})
+            drops={r: self.drops.get(r, 0) - before.drops.get(r, 0) for r in reasons}, pfc=pfc)
 
     def to_wire(self) -> dict:
         out = dataclasses.asdict(self)

@@ -50,6 +50,16 @@ def register(sub) -> None:
     pm.add_argument("--queue", choices=("virtual", "real"),
                     help="virtual: drops and marks, no added delay (fast); real: frames also "
                          "wait in a shaper qdisc at the port's speed (delay, reordering)")
+    pm.add_argument("--pfc", choices=("on", "off"),
+                    help="PFC on the lossless priority (needs --queue real)")
+    pm.add_argument("--xoff-bytes", type=int, help="PFC: pause the neighbour above this many bytes "
+                                                   "buffered from one ingress port")
+    pm.add_argument("--xon-bytes", type=int, help="PFC: resume it at or below this many")
+    pm.add_argument("--headroom-bytes", type=int, help="PFC: room above XOFF for frames in flight")
+    pm.add_argument("--pfc-dscp", type=int, help="PFC: DSCP of the lossless priority (default 26)")
+    pm.add_argument("--pfc-priority", type=int, help="PFC: the lossless priority 0-7 (default 3)")
+    pm.add_argument("--pfc-quanta", type=int, help="PFC: pause time of an XOFF, in 512-bit-time "
+                                                   "quanta at the nominal speed (default 65535)")
     pm.set_defaults(func=run_port_model)
     sh = which.add_parser("show", help="modes, seeds, groups and port speeds")
     sh.add_argument("lab", nargs="?")
@@ -153,7 +163,10 @@ def run_port_model(args) -> int:
     lab = single_lab(args.lab)
     pm = Fabric(lab).set_port_model(scale=args.scale, buffer_bytes=args.buffer_bytes,
                                     ecn_bytes=args.ecn_bytes, window_us=args.window_us,
-                                    queue=args.queue, **red)
+                                    queue=args.queue, pfc=args.pfc, xoff_bytes=args.xoff_bytes,
+                                    xon_bytes=args.xon_bytes, headroom_bytes=args.headroom_bytes,
+                                    pfc_dscp=args.pfc_dscp, pfc_priority=args.pfc_priority,
+                                    pfc_quanta=args.pfc_quanta, **red)
     clock = Fabric(lab).show().get("clock") or {}
     print(port_model_text(lab, pm, clock))
     return 0
@@ -190,7 +203,14 @@ def port_model_text(lab: str, pm: dict, clock: dict) -> str:
         window += f" = {clock['window_wall_us']:g} us wall"
     return (f"lab {lab}: port model speed x {pm['scale']:g} (1 real-fabric us = "
             f"{clock.get('stretch', 1):g} us of wall-clock time), buffer {pm['buffer_bytes']} B, "
-            f"{ecn_text(pm)}, utilisation window {window}, {queue_text(pm)}")
+            f"{ecn_text(pm)}, utilisation window {window}, {queue_text(pm)}, {pfc_text(pm)}")
+
+
+def pfc_text(pm: dict) -> str:
+    if pm.get("pfc") != "on":
+        return "PFC off"
+    return (f"PFC on (DSCP {pm['pfc_dscp']} -> priority {pm['pfc_priority']}: XOFF {pm['xoff_bytes']} B, "
+            f"XON {pm['xon_bytes']} B, headroom {pm['headroom_bytes']} B, {pm['pfc_quanta']} quanta)")
 
 
 def real_wall(group: dict, key: str) -> str:

@@ -47,6 +47,15 @@ class FakeDataplane:
         self.models[ifindex] = {"speed_bps": speed_bps, "buffer_bytes": buffer_bytes,
                                 "window_us": window_us}
 
+    def set_pfc(self, *, on, lossless_dscp=26, lossless_prio=3):
+        self.pfc = {"on": on, "dscp": lossless_dscp, "prio": lossless_prio}
+
+    def set_pfc_port(self, ifindex, *, limit_bytes, ns_per_quantum):
+        self.models.setdefault(ifindex, {})["pfc_limit"] = limit_bytes
+
+    def pfc_port_state(self, ifindex):
+        return {}
+
     def port_model(self, ifindex):
         return self.models.get(ifindex)
 

@@ -1,0 +1,67 @@
+"""One clock: the same experiment at two scales 4x apart (same packets, rates and times
+stretched by the scale) gives the same dimensionless results. Ports, rates and the
+experiment's duration scale together; every time constant the lab applies (flowlet gap,
+utilisation window) is given in real-fabric time, so it stretches too."""
+from __future__ import annotations
+
+import json
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from .conftest import railab, shipped
+
+SCALES = (5e-6, 1.25e-6)       # 400G -> 2 Mb/s and 0.5 Mb/s: Python senders keep up with both
+MODES = ("ecmp", "flowlet", "spray-rr")
+# dimensionless results: (metric, absolute slack for values near 0)
+COMPARED = (("loss_pct", 0.5), ("reorder_pct", 0.5), ("uplink_max_mean", 0.05))
+
+
+def experiment(tmp_path, scale: float) -> str:
+    stretch = SCALES[0] / scale          # 1, then 4: the same packets, 4x slower
+    path = tmp_path / f"scale-{scale:g}.yml"
+    path.write_text(textwrap.dedent(f"""\
+        name: timescale
+        lab: {shipped("rail-optimized").as_posix()}
+        duration: {3 * stretch:g}s
+        modes: [{", ".join(MODES)}]
+        port_model: {{scale: {scale:.10f}, buffer_bytes: 16384, ecn_bytes: 4096}}
+        workload:
+          seed: 7
+          duration: {3 * stretch:g}s
+          mtu: 1024
+          rate: {1.6 / stretch:g}Mbps
+          mix: {{elephant: 1.0, mice: 0.0, protocol: 0.0}}
+          classes:
+            elephant: {{size: 256KiB, opcode: write, arrival: paced}}
+          pattern: {{type: cross-rail, shift: 1}}
+        """))
+    return str(path)
+
+
+def sent(report: dict, mode: str) -> int:
+    results = json.loads((Path(report["folder"]) / "results.json").read_text())
+    return sum(f.get("sent_packets", 0) for f in results["modes"][mode]["runs"][0]["flows"])
+
+
+@pytest.mark.flaky(reruns=1)   # Python senders and receivers on a shared machine
+def test_same_experiment_at_two_scales_gives_the_same_dimensionless_results(lab_factory, tmp_path):
+    spec = lab_factory(shipped("rail-optimized"), prefix="tscale")   # one lab: the same hash seeds
+    reports = {}
+    for scale in SCALES:
+        proc = railab("run", experiment(tmp_path, scale), "--json", "--output", str(tmp_path),
+                      "--name", spec.name, timeout=900)
+        reports[scale] = json.loads(proc.stdout)
+    fast, slow = (reports[s] for s in SCALES)
+    assert fast["clock"]["stretch"] * 4 == pytest.approx(slow["clock"]["stretch"])
+    lines = []
+    for mode in MODES:
+        a, b = fast["modes"][mode], slow["modes"][mode]
+        assert sent(fast, mode) == sent(slow, mode) > 0, mode       # the same packets
+        for key, slack in COMPARED:
+            lines.append(f"{mode} {key}: {a[key]:.3f} at {SCALES[0]:g}, {b[key]:.3f} at {SCALES[1]:g}")
+            assert abs(a[key] - b[key]) <= max(0.10 * max(abs(a[key]), abs(b[key])), slack), lines[-1]
+    print("\n".join(lines))
+    # the comparison can fail: ECMP's collisions lose packets, spraying does not
+    assert fast["modes"]["ecmp"]["loss_pct"] > fast["modes"]["spray-rr"]["loss_pct"]
