@@ -676,6 +676,21 @@ class SwitchDataplane:
         pp = abi.PfcPort(limit_bytes=min(int(limit_bytes), 2**32 - 1), ns_per_quantum=int(ns_per_quantum))
         self.maps.update("pfc_port", ct.c_uint32(port.slot), pp)
 
+    def pfc_occupancy(self, ifindex: int, pp: "abi.PfcPort | None" = None) -> int:
+        """Lossless bytes from this ingress port still waiting in egress queues now: the
+        ring's entries whose departure time is still ahead."""
+        if pp is None:
+            pp = abi.PfcPort()
+            if not self.maps.lookup("pfc_port", ct.c_uint32(self.port_info(ifindex).slot), pp):
+                return 0
+        if not pp.bytes:
+            return 0
+        if pp.head - pp.tail > abi.PFC_RING:
+            return pp.bytes
+        now = time.monotonic_ns()
+        return sum(pp.len[i % abi.PFC_RING] for i in range(pp.tail, pp.head)
+                   if pp.t_dep[i % abi.PFC_RING] > now)
+
     def pfc_port_state(self, ifindex: int) -> dict:
         """occupancy_bytes: lossless bytes from this ingress port still waiting in egress
         queues now; peak_bytes, headroom_drops; pause_rx (PFC frames received here) and
@@ -684,10 +699,7 @@ class SwitchDataplane:
         pp = abi.PfcPort()
         if not self.maps.lookup("pfc_port", ct.c_uint32(port.slot), pp):
             return {}
-        now = time.monotonic_ns()
-        occupancy = sum(pp.len[i % abi.PFC_RING] for i in range(pp.tail, pp.head)
-                        if pp.t_dep[i % abi.PFC_RING] > now) if pp.head - pp.tail <= abi.PFC_RING else pp.bytes
-        return {"occupancy_bytes": occupancy, "peak_bytes": pp.peak, "headroom_drops": pp.headroom_drops,
+        return {"occupancy_bytes": self.pfc_occupancy(ifindex, pp), "peak_bytes": pp.peak, "headroom_drops": pp.headroom_drops,
                 "pause_rx": pp.pause_rx, "paused_until_ns": list(pp.pause_until)}
 
     def port_model(self, ifindex: int) -> dict | None:

@@ -92,7 +92,7 @@ class PfcSender:
         xoff, xon = self.cfg["xoff_bytes"], self.cfg["xon_bytes"]
         for node, iface in self.ports:
             st = self.state[iface.ifindex]
-            occupancy = self.p.dp.pfc_port_state(iface.ifindex).get("occupancy_bytes", 0)
+            occupancy = self.p.dp.pfc_occupancy(iface.ifindex)
             pause_ns = self.p.pause_wall_ns(iface, self.cfg["quanta"])
             if occupancy > xoff and (not st.paused or now - st.last_xoff_ns > pause_ns // 2):
                 self._send(iface.ifindex, self.cfg["quanta"], now)

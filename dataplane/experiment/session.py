@@ -71,11 +71,16 @@ def run(exp: Experiment, progress=None, lab_name: str | None = None,
             "flows": len(flows), "port_model": shown.get("port_model"), "clock": shown.get("clock"),
             "modes": {}, "sweeps": {},
         }
+        per_mode_ports = any(m.port_model for m in exp.modes)
         for mode in exp.modes:
+            if per_mode_ports:      # e.g. PFC on vs off: each mode's model, PFC off unless asked
+                fabric.set_port_model(**experiment_port_model(
+                    {"pfc": "off", **exp.port_model, **mode.port_model}, found["port_model"]))
             runner.apply_mode(fabric, mode)
             advance(f"running {mode.label}")
             one = runner.run_once(spec, exp, flows, mode.label, None, mode.mode)
             one["clock"] = results["clock"]
+            one["port_model"] = fabric.show()["port_model"] if per_mode_ports else results["port_model"]
             results["modes"][mode.label] = {"mode": mode.mode, "options": mode.options, "runs": [one],
                                             "metrics": metrics.run_metrics(one)}
         if exp.sweep:
