@@ -77,7 +77,8 @@ class Fabric:
                        ecn_pmax: float | None = None, pfc: str | None = None,
                        xoff_bytes: int | None = None, xon_bytes: int | None = None,
                        headroom_bytes: int | None = None, pfc_dscp: int | None = None,
-                       pfc_priority: int | None = None, pfc_quanta: int | None = None) -> dict:
+                       pfc_priority: int | None = None, pfc_quanta: int | None = None,
+                       pfc_watchdog_us: float | None = None, pfc_restore_us: float | None = None) -> dict:
         """Emulated ports of the whole lab: speed = nominal x scale (0 = no model), tail-drop
         buffer, ECN threshold (-1 = never mark; with ecn_max_bytes above it and ecn_pmax,
         RED: Kmin, Kmax, Pmax), utilisation window (real-fabric us), queue 'virtual' (no
@@ -90,7 +91,8 @@ class Fabric:
                          ecn_bytes=ecn_bytes, window_us=window_us, queue=queue,
                          ecn_max_bytes=ecn_max_bytes, ecn_pmax=ecn_pmax, pfc=pfc,
                          xoff_bytes=xoff_bytes, xon_bytes=xon_bytes, headroom_bytes=headroom_bytes,
-                         pfc_dscp=pfc_dscp, pfc_priority=pfc_priority, pfc_quanta=pfc_quanta)
+                         pfc_dscp=pfc_dscp, pfc_priority=pfc_priority, pfc_quanta=pfc_quanta,
+                         pfc_watchdog_us=pfc_watchdog_us, pfc_restore_us=pfc_restore_us)
 
     # -------------------------------------------------------------- counters
     def counters(self, switch: str | None = None) -> dict:

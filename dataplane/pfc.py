@@ -75,10 +75,18 @@ class PauseState:
     xon: int = 0                        # of them, resumes (quanta 0) of a paused priority
     paused_ns: dict[int, int] = field(default_factory=dict)   # closed pauses, by priority
     opened_ns: dict[int, int] = field(default_factory=dict)   # start of the pause in force
+    # PFC watchdog (SONiC pfcwd): a priority paused without a break for longer than
+    # watchdog_ns stops honouring pauses and is dropped for restore_ns (0: no watchdog)
+    watchdog_ns: int = 0
+    restore_ns: int = 0
+    storm_until_ns: dict[int, int] = field(default_factory=dict)
+    watchdog_trips: int = 0
 
     def apply(self, quanta: dict[int, int], now: int, quantum_ns: float) -> None:
         self.frames += 1
         for prio, q in quanta.items():
+            if self.storm_until_ns.get(prio, 0) > now:
+                continue                # the watchdog tripped: pauses are not honoured
             was_paused = self.paused(prio, now)
             if q == 0:
                 if was_paused:
@@ -103,6 +111,21 @@ class PauseState:
             self._close(prio, until)
         return False
 
+    def verdict(self, prio: int, now: int) -> int:
+        """0: send now; -1: drop (the watchdog tripped on this priority); else the
+        monotonic ns its pause ends (an XON may end it sooner)."""
+        if self.storm_until_ns.get(prio, 0) > now:
+            return -1
+        if not self.paused(prio, now):
+            return 0
+        if self.watchdog_ns and now - self.opened_ns.get(prio, now) > self.watchdog_ns:
+            self.watchdog_trips += 1
+            self.storm_until_ns[prio] = now + self.restore_ns
+            self._close(prio, now)
+            self.until_ns[prio] = now
+            return -1
+        return self.until_ns[prio]
+
     def total_paused_ns(self, now: int) -> dict[int, int]:
         out = dict(self.paused_ns)
         for prio, opened in self.opened_ns.items():
@@ -115,13 +138,15 @@ class PauseListener:
     (the NIC's XDP program passes MAC control frames up). poll() reads what arrived
     without blocking; paused(prio) says whether the NIC must hold that priority now."""
 
-    def __init__(self, ifname: str, netns: str | None, nominal_bps: float, scale: float | None):
+    def __init__(self, ifname: str, netns: str | None, nominal_bps: float, scale: float | None,
+                 watchdog_real_s: float = 0.0, restore_real_s: float = 0.0):
         with in_netns(netns):
             self.sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_MAC_CONTROL))
             self.sock.bind((ifname, ETH_P_MAC_CONTROL))
         self.sock.setblocking(False)
         self.quantum_ns = quanta_wall_seconds(1, nominal_bps, scale) * 1e9
-        self.state = PauseState()
+        self.state = PauseState(watchdog_ns=int(timescale.wall_seconds(watchdog_real_s, scale) * 1e9),
+                                restore_ns=int(timescale.wall_seconds(restore_real_s, scale) * 1e9))
 
     def poll(self, now: int | None = None) -> None:
         while True:
@@ -134,13 +159,14 @@ class PauseListener:
                 self.state.apply(quanta, now or time.monotonic_ns(), self.quantum_ns)
 
     def paused_until(self, prio: int, now: int) -> int:
-        """0 if prio may send now, else when its pause ends (an XON may end it sooner)."""
+        """0 if prio may send now, -1 if the watchdog drops it, else when its pause ends."""
         self.poll(now)
-        return self.state.until_ns.get(prio, 0) if self.state.paused(prio, now) else 0
+        return self.state.verdict(prio, now)
 
     def report(self) -> dict:
         now = time.monotonic_ns()
         return {"pause_frames_received": self.state.frames, "xon_received": self.state.xon,
+                "watchdog_trips": self.state.watchdog_trips,
                 "paused_ns": {str(p): ns for p, ns in self.state.total_paused_ns(now).items()}}
 
     def close(self) -> None:

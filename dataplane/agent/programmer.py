@@ -40,11 +40,14 @@ from dataplane.switch_dataplane import GroupState
 # port's neighbour, at or below xon_bytes it resumes it; headroom_bytes above XOFF absorb
 # what arrives before the pause takes effect. Pauses last pfc_quanta x 512 bit times at
 # the nominal speed (real-fabric time). Needs the real queue: XDP cannot hold a frame.
+# The PFC watchdog (hosts): a priority paused for pfc_watchdog_us without a break stops
+# honouring pauses and is dropped for pfc_restore_us (real-fabric us, SONiC's 200 ms).
 PORT_MODEL_DEFAULTS = {"scale": 1 / 40, "buffer_bytes": 32768, "ecn_bytes": 8192,
                        "window_us": 2.0, "queue": "virtual", "ecn_max_bytes": -1, "ecn_pmax": 1.0,
                        "pfc": "off", "xoff_bytes": 12288, "xon_bytes": 6144, "headroom_bytes": 8192,
                        "pfc_dscp": pfc.DEFAULT_LOSSLESS_DSCP, "pfc_priority": pfc.DEFAULT_LOSSLESS_PRIORITY,
-                       "pfc_quanta": pfc.MAX_QUANTA}
+                       "pfc_quanta": pfc.MAX_QUANTA, "pfc_watchdog_us": 200_000.0,
+                       "pfc_restore_us": 200_000.0}
 PFC_STATES = ("on", "off")
 # Load-balancing times of a new group, real-fabric microseconds at the nominal speed: a
 # flowlet ends after a 200 us gap (about 6,700 full frames at 400G), or 50 us while its
@@ -215,6 +218,9 @@ class SwitchProgrammer:
         if not 0 <= pm["pfc_dscp"] <= 63 or pm["pfc_dscp"] == pfc.DEFAULT_CNP_DSCP:
             raise ValueError(f"PFC DSCP {pm['pfc_dscp']}: must be 0-63 other than "
                              f"{pfc.DEFAULT_CNP_DSCP} (CNPs)")
+        for key in ("pfc_watchdog_us", "pfc_restore_us"):
+            if not (math.isfinite(pm[key]) and 0 <= pm[key] <= 10 * MAX_REAL_US):
+                raise ValueError(f"{key} must be 0 (off) to {10 * MAX_REAL_US:,.0f} (real-fabric us)")
         if not 1 <= pm["pfc_quanta"] <= pfc.MAX_QUANTA:
             raise ValueError(f"PFC quanta {pm['pfc_quanta']}: must be 1-{pfc.MAX_QUANTA}")
         if pm["pfc"] == "off":

@@ -85,6 +85,8 @@ class PortModel(Request):
     pfc_dscp: int | None = None
     pfc_priority: int | None = None
     pfc_quanta: int | None = None
+    pfc_watchdog_us: float | None = None
+    pfc_restore_us: float | None = None
 
 
 @dataclass

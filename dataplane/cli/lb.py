@@ -60,6 +60,9 @@ def register(sub) -> None:
     pm.add_argument("--pfc-priority", type=int, help="PFC: the lossless priority 0-7 (default 3)")
     pm.add_argument("--pfc-quanta", type=int, help="PFC: pause time of an XOFF, in 512-bit-time "
                                                    "quanta at the nominal speed (default 65535)")
+    pm.add_argument("--pfc-watchdog-us", type=float, help="PFC watchdog (hosts): a priority "
+                    "paused this long without a break (real-fabric us) is dropped instead")
+    pm.add_argument("--pfc-restore-us", type=float, help="PFC watchdog: for this long (real-fabric us)")
     pm.set_defaults(func=run_port_model)
     sh = which.add_parser("show", help="modes, seeds, groups and port speeds")
     sh.add_argument("lab", nargs="?")
@@ -166,7 +169,8 @@ def run_port_model(args) -> int:
                                     queue=args.queue, pfc=args.pfc, xoff_bytes=args.xoff_bytes,
                                     xon_bytes=args.xon_bytes, headroom_bytes=args.headroom_bytes,
                                     pfc_dscp=args.pfc_dscp, pfc_priority=args.pfc_priority,
-                                    pfc_quanta=args.pfc_quanta, **red)
+                                    pfc_quanta=args.pfc_quanta, pfc_watchdog_us=args.pfc_watchdog_us,
+                                    pfc_restore_us=args.pfc_restore_us, **red)
     clock = Fabric(lab).show().get("clock") or {}
     print(port_model_text(lab, pm, clock))
     return 0

@@ -295,7 +295,8 @@ def host_pause_plan(port_model: dict) -> dict | None:
     if port_model.get("pfc") != "on":
         return None
     return {"priorities": {str(port_model["pfc_dscp"]): port_model["pfc_priority"]},
-            "scale": port_model["scale"]}
+            "scale": port_model["scale"], "watchdog_s": port_model.get("pfc_watchdog_us", 0) / 1e6,
+            "restore_s": port_model.get("pfc_restore_us", 0) / 1e6}
 
 
 def run_once(spec: LabSpec, experiment: Experiment, flows: list[wl.Flow], label: str,

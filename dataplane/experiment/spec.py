@@ -51,6 +51,8 @@ _PORT_MODEL = {
         "pfc_dscp": {"type": "integer", "minimum": 0, "maximum": 63},
         "pfc_priority": {"type": "integer", "minimum": 0, "maximum": 7},
         "pfc_quanta": {"type": "integer", "minimum": 1, "maximum": 65535},
+        "pfc_watchdog_us": {"type": "number", "minimum": 0},
+        "pfc_restore_us": {"type": "number", "minimum": 0},
         "window_us": {"type": "number", "exclusiveMinimum": 0},
         "queue": {"enum": ["virtual", "real"]},
     },

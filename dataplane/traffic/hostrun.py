@@ -71,7 +71,8 @@ def run_send(args) -> int:
     if plan.get("pfc"):                # PFC: each NIC listens for its switch's pause frames
         cfg = plan["pfc"]
         for port in by_port:
-            listeners[port] = pfc.PauseListener(port, args.netns, cfg["nominal_bps"][port], cfg["scale"])
+            listeners[port] = pfc.PauseListener(port, args.netns, cfg["nominal_bps"][port], cfg["scale"],
+                                                cfg.get("watchdog_s", 0.0), cfg.get("restore_s", 0.0))
         priorities = {int(d): p for d, p in cfg["priorities"].items()}
 
     def send(port: str, flows: list[Flow]) -> None:

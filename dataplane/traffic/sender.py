@@ -400,9 +400,10 @@ def send_flows(sock: socket.socket, flows: Sequence | PreparedFlows, *,
     at its own rate_bps and starting its messages no earlier than their start times
     (relative to the call). One GCRA bucket per flow, a heap picks the flow due next.
     Give PreparedFlows (prepare_flows) to build the frames before the clock starts.
-    pause(dscp, now_ns): PFC -- 0 if a flow of that DSCP may send now, else until when its
-    priority is paused (the flow waits, at most PAUSE_RECHECK_NS before looking again:
-    an XON may end the pause early); other flows go on.
+    pause(dscp, now_ns): PFC -- 0 if a flow of that DSCP may send now, -1 if the PFC
+    watchdog drops its priority (the packet is counted in errors, not sent), else until
+    when its priority is paused (the flow waits, at most PAUSE_RECHECK_NS before looking
+    again: an XON may end the pause early); other flows go on.
     Returns the report with per-flow packet counts (give them to Receiver.finish)."""
     if not isinstance(flows, PreparedFlows):
         flows = prepare_flows(flows, src_mac or socket_mac(sock), dst_mac)
@@ -430,12 +431,14 @@ def send_flows(sock: socket.socket, flows: Sequence | PreparedFlows, *,
             break
         st = state[i]
         f, fr, it, pk, t_next, _, mstart = st
+        dropped = False
         if pause is not None:
             until = pause(f.dscp, now)
-            if until:
+            if until > 0:
                 rep.paused_waits += 1
                 heapq.heapreplace(heap, (min(until, now + PAUSE_RECHECK_NS), i))
                 continue
+            dropped = until < 0          # PFC watchdog: the stuck priority is dropped
         m_off, tpl, msg_id, idx, npk, mbytes, seq = pk
         if idx == 0:
             mstart[msg_id] = now
@@ -446,7 +449,9 @@ def send_flows(sock: socket.socket, flows: Sequence | PreparedFlows, *,
                        idx, npk, mbytes, now, ts0)
         if idx == npk - 1:
             mstart.pop(msg_id, None)
-        if _send_retry(send, buf):
+        if dropped:
+            rep.errors += 1
+        elif _send_retry(send, buf):
             rep.packets += 1
             rep.bytes += tpl.length
             rep.per_flow_packets[f.flow_id] += 1
