@@ -164,8 +164,9 @@ def run_port_model(args) -> int:
     if red and args.ecn_bytes is not None:
         raise UsageError("--ecn and --ecn-bytes both set the ECN threshold: give one")
     lab = single_lab(args.lab)
+    ecn_bytes = red.pop("ecn_bytes", args.ecn_bytes)
     pm = Fabric(lab).set_port_model(scale=args.scale, buffer_bytes=args.buffer_bytes,
-                                    ecn_bytes=args.ecn_bytes, window_us=args.window_us,
+                                    ecn_bytes=ecn_bytes, window_us=args.window_us,
                                     queue=args.queue, pfc=args.pfc, xoff_bytes=args.xoff_bytes,
                                     xon_bytes=args.xon_bytes, headroom_bytes=args.headroom_bytes,
                                     pfc_dscp=args.pfc_dscp, pfc_priority=args.pfc_priority,

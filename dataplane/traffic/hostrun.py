@@ -81,7 +81,10 @@ def run_send(args) -> int:
         pause = (lambda dscp, now: listener.paused_until(pfc.dscp_priority(dscp, priorities), now)) \
             if listener else None
         try:
-            rep = tx.send_flows(sock, prepared[port], duration_s=args.duration, pause=pause)
+            # under PFC a flow must not make up for a pause with a burst above its rate: a
+            # NIC cannot send faster than its link, and the burst would overrun the headroom
+            pacing = {"burst": 1, "burst_ns": 0} if listener else {}
+            rep = tx.send_flows(sock, prepared[port], duration_s=args.duration, pause=pause, **pacing)
             reports[port] = rep.to_dict()
             if listener:
                 reports[port]["pfc"] = listener.report()
