@@ -12,7 +12,8 @@ import pytest
 
 from .conftest import railab, shipped
 
-SCALES = (5e-6, 1.25e-6)       # 400G -> 2 Mb/s and 0.5 Mb/s: Python senders keep up with both
+SCALES = (2.5e-6, 6.25e-7)     # 400G -> 1 Mb/s and 250 kb/s: Python senders keep up with both
+                               # even on a shared, loaded machine (at 2 Mb/s they did not)
 MODES = ("ecmp", "flowlet", "spray-rr")
 # dimensionless results: (metric, absolute slack for values near 0)
 COMPARED = (("loss_pct", 0.5), ("reorder_pct", 0.5), ("uplink_max_mean", 0.05))
@@ -22,7 +23,7 @@ def experiment(tmp_path, scale: float) -> str:
     """8 elephants from rail 0 across the rails (through leaf1-r0's 8 uplinks), each at 60 %
     of the port's speed: ECMP collisions overflow uplinks, spraying evens them out."""
     stretch = SCALES[0] / scale          # 1, then 4: the same packets, 4x slower
-    rate = 1.2 / stretch
+    rate = 0.6 / stretch
     path = tmp_path / f"scale-{scale:g}.yml"
     path.write_text(textwrap.dedent(f"""\
         name: timescale
@@ -69,7 +70,11 @@ def test_same_experiment_at_two_scales_gives_the_same_dimensionless_results(lab_
     lines = []
     for mode in MODES:
         a, b = fast["modes"][mode], slow["modes"][mode]
-        assert sent(fast, mode) == sent(slow, mode) > 0, mode       # the same packets
+        # the same packets (the senders kept up at both scales; a few at the edges of the
+        # duration may differ)
+        n_fast, n_slow = sent(fast, mode), sent(slow, mode)
+        lines.append(f"{mode}: {n_fast} packets sent at {SCALES[0]:g}, {n_slow} at {SCALES[1]:g}")
+        assert n_fast > 0 and abs(n_fast - n_slow) <= 0.03 * max(n_fast, n_slow), lines[-1]
         for key, slack in COMPARED:
             lines.append(f"{mode} {key}: {a[key]:.3f} at {SCALES[0]:g}, {b[key]:.3f} at {SCALES[1]:g}")
             assert abs(a[key] - b[key]) <= max(0.10 * max(abs(a[key]), abs(b[key])), slack), lines[-1]
