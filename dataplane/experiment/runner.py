@@ -314,7 +314,7 @@ def run_once(spec: LabSpec, experiment: Experiment, flows: list[wl.Flow], label:
     paths = trace_flows(spec, flows, ports)
 
     procs: dict[str, _HostProcs] = {h: _HostProcs(h, by_name[h].netns) for h in set(senders) | set(receivers)}
-    pause_plan = host_pause_plan(fabric.show()["port_model"])
+    pause_plan = host_pause_plan(fabric.show().get("port_model") or {})
     before = fabric.snapshot()
     try:
         for host in receivers:
