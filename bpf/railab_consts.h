@@ -70,7 +70,9 @@
                                 * on the EGRESS port's drops[], unlike every other reason */
 #define DROP_MEMBERS_DOWN 10   /* every member of the route's group is down (PORT_F_DOWN on its
                                 * egress port): local fast failover has nowhere left to go */
-#define DROP_REASON_MAX    16  /* array size; reasons 11..15 are reserved */
+#define DROP_PFC_HEADROOM 11   /* lossless-priority frame over its ingress port's XOFF + headroom
+                                * (PFC on): the pause came too late for the buffer it reserved */
+#define DROP_REASON_MAX    16  /* array size; reasons 12..15 are reserved */
 
 /* ---- next-hop group modes (struct group.mode) ---- */
 #define LB_MODE_ECMP         0   /* hash of selected fields, seeded per switch */
@@ -86,6 +88,7 @@
 #define DOWN_MASK_BITS 64        /* group.down_mask / route_val.avoid_mask cover members 0..63 */
 #define LB_SCAN_MAX  4           /* load-aware modes compare at most this many members */
 #define UTIL_ONE     1024        /* port_queue.util fixed point: 1024 = 100% */
+#define ECN_P_ONE    65536       /* port_queue.ecn_pmax fixed point: 65536 = probability 1 */
 
 /* ---- hash field selection flags (struct group.hash_fields / switch_cfg.hash_fields) ---- */
 #define HASH_F_SRC_IP       (1U << 0)
@@ -125,6 +128,12 @@
 /* verdict_stats keys: the XDP actions, then railab's own outcomes */
 #define RL_VERDICT_QUEUED 5           /* XDP_PASS to tc_handoff, into a real queue */
 #define RL_XDP_ACTION_MAX 6           /* XDP_ABORTED .. XDP_REDIRECT, RL_VERDICT_QUEUED */
+
+/* ---- PFC (bpf/pfc.h) ---- */
+#define RL_ETH_P_MAC_CONTROL 0x8808   /* PFC / PAUSE frames */
+#define PFC_RING      64              /* frames of one ingress port tracked until they leave */
+#define PFC_POPS      4               /* departed ring entries retired per arriving frame */
+#define PFC_F_ON      (1U << 0)       /* pfc_cfg.flags: lossless priority accounted, never tail-dropped */
 
 /* struct handoff.magic: "rail", tells railab's metadata from anything else in front */
 #define HANDOFF_MAGIC     0x7261696cU

@@ -89,4 +89,11 @@ BPF_PERCPU_ARRAY(verdict_stats, struct pkt_count, RL_XDP_ACTION_MAX);
  * (the only place DROP_UNKNOWN_PORT is counted). */
 BPF_PERCPU_ARRAY(drop_stats, __u64, DROP_REASON_MAX);
 
+/* pfc_cfg: key __u32 0 -> struct pfc_cfg (PFC on, the lossless DSCP and priority). */
+BPF_ARRAY(pfc_cfg, struct pfc_cfg, 1);
+
+/* pfc_port: key __u32 ingress port slot -> struct pfc_port (lossless-priority ingress
+ * accounting ring, headroom limit, PFC frames received and the pause times they set). */
+BPF_ARRAY(pfc_port, struct pfc_port, MAX_PORTS);
+
 #endif /* RAILAB_MAPS_H */

@@ -141,6 +141,11 @@ struct port_queue {
     __u64 win_busy_ns;    /* state: transmit time of frames accepted in this window (ns) */
     __u32 flags;          /* config: QUEUE_F_* */
     __u32 _pad;
+    __u64 ecn_max_ns;     /* config: RED Kmax as drain time (ns): every ECT frame above it is
+                           * marked, between ecn_ns (Kmin) and it with a probability rising to
+                           * ecn_pmax; <= ecn_ns: a step at ecn_ns (bpf/ecn.h) */
+    __u32 ecn_pmax;       /* config: RED Pmax, ECN_P_ONE = 1 */
+    __u32 _pad2;
 };
 
 /* XDP metadata (in front of the frame, bpf_xdp_adjust_meta) of a frame handed to
@@ -207,6 +212,37 @@ struct learn_val {
 struct pkt_count {
     __u64 packets;
     __u64 bytes;
+};
+
+/* value of `pfc_cfg` (ARRAY, key 0): the lab's PFC settings */
+struct pfc_cfg {
+    __u32 flags;          /* PFC_F_* */
+    __u8  lossless_dscp;  /* frames with this DSCP are in the lossless priority */
+    __u8  lossless_prio;  /* that priority (0..7), informational for the data path */
+    __u16 _pad;
+};
+
+/* value of `pfc_port` (ARRAY, key: ingress port slot): ingress accounting of the lossless
+ * priority. The frames of this ingress port that wait in egress queues, as a ring of
+ * (departure time, length): an entry is pushed when a frame is queued (its departure is the
+ * egress queue's t_free after it), retired when that time has passed. bytes = what the
+ * ring holds; the agent sums the entries still to leave (the exact occupancy) to decide
+ * XOFF/XON. One rx queue per veth: one CPU at a time updates a port's ring (no lock). */
+struct pfc_port {
+    __u32 limit_bytes;    /* config: XOFF + headroom; a frame beyond it is dropped (0 = off) */
+    __u32 head;           /* state: next entry to fill (mod PFC_RING) */
+    __u32 tail;           /* state: oldest entry still held */
+    __u32 bytes;          /* state: bytes of the entries tail..head */
+    __u32 peak;           /* state: largest `bytes` seen (headroom used = peak - XOFF) */
+    __u32 _pad;
+    __u64 headroom_drops; /* state: frames dropped at limit_bytes */
+    __u64 pause_rx;       /* state: PFC frames received on this port (from the neighbour) */
+    __u64 pause_until[8]; /* state: per priority, bpf_ktime_get_ns() + the last pause's time
+                           * as bit-time quanta converted at pause_ns_per_quantum */
+    __u64 ns_per_quantum; /* config: wall ns of one quantum (512 bit times at the nominal
+                           * speed, stretched by the lab's scale) */
+    __u64 t_dep[PFC_RING];   /* state: departure time (ns) of each held frame */
+    __u32 len[PFC_RING];     /* state: its length (bytes) */
 };
 
 #endif /* RAILAB_STRUCTS_H */

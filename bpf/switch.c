@@ -49,6 +49,8 @@
 #include "arp.h"
 #include "lb.h"
 #include "flows.h"
+#include "ecn.h"
+#include "pfc.h"
 
 static __always_inline void rl_count_verdict(struct xdp_md *ctx, __u32 key)
 {
@@ -394,7 +396,8 @@ static __always_inline __u64 rl_div1000(__u64 x)
  * the helper calls (bpf_spin_lock + unlock cost ~45 ns here). A window start newer than
  * this packet's clock read (another CPU's later `now`) is not a window end. */
 #define RL_CAS_TRIES 3
-static __always_inline int queue_admit(struct port_queue *q, __u64 now, __u64 tx_ns, int *mark)
+static __always_inline int queue_admit(struct port_queue *q, __u64 now, __u64 tx_ns, int *mark,
+                                       __u64 buf_ns)
 {
     __u64 tf, prev, backlog = 0, ws, elapsed, sample, busy;
     int drop = 0, done = 0, i;
@@ -404,7 +407,7 @@ static __always_inline int queue_admit(struct port_queue *q, __u64 now, __u64 tx
     for (i = 0; i < RL_CAS_TRIES; i++) {
         if (!done && !drop) {
             backlog = tf > now ? tf - now : 0;
-            if (backlog + tx_ns > q->buf_ns) {
+            if (backlog + tx_ns > buf_ns) {
                 drop = 1;
             } else {
                 prev = __sync_val_compare_and_swap(&q->t_free, tf, now + backlog + tx_ns);
@@ -418,7 +421,7 @@ static __always_inline int queue_admit(struct port_queue *q, __u64 now, __u64 tx
     if (!done && !drop) {   /* still losing races: queue it by an atomic add (approximate:
                              * an idle queue's t_free is not moved up to now first) */
         backlog = tf > now ? tf - now : 0;
-        if (backlog + tx_ns > q->buf_ns) {
+        if (backlog + tx_ns > buf_ns) {
             drop = 1;
         } else {
             prev = __sync_fetch_and_add(&q->t_free, tx_ns);
@@ -427,7 +430,7 @@ static __always_inline int queue_admit(struct port_queue *q, __u64 now, __u64 tx
         }
     }
     if (done) {
-        *mark = backlog > q->ecn_ns;
+        *mark = ecn_mark(q, backlog);
         __sync_fetch_and_add(&q->win_busy_ns, tx_ns);
     }
     ws = *(volatile __u64 *)&q->win_start;
@@ -469,18 +472,40 @@ static __always_inline int rl_handoff(struct xdp_md *ctx, __u32 egress_ifindex)
  * with a real queue, the handoff to its qdisc. */
 static __always_inline int rl_transmit(struct xdp_md *ctx, struct ethhdr *eth, struct iphdr *iph,
                                        const struct member *m, __u64 len, struct pkt_count *mc,
-                                       __u64 *nowp)
+                                       __u64 *nowp, __u32 in_slot)
 {
     struct port_stats *eps;
     struct port_queue *q;
-    __u32 slot = m->egress_slot;
+    struct pfc_port *pp = NULL;
+    struct pfc_cfg *pc;
+    __u32 slot = m->egress_slot, zero = 0;
     int mark = 0;
 
     eps = port_stats.lookup(&slot);
     q = port_queue.lookup(&slot);
-    if (q && q->ps_per_byte &&
-        queue_admit(q, rl_now(nowp), rl_div1000(len * q->ps_per_byte), &mark))
-        return rl_drop(ctx, eps, DROP_QUEUE_FULL);
+    if (q && q->ps_per_byte) {
+        __u64 buf_ns = q->buf_ns;
+
+        /* PFC: the lossless priority is accounted at its ingress port instead of being
+         * tail-dropped at the egress queue */
+        pc = pfc_cfg.lookup(&zero);
+        if (pc && (pc->flags & PFC_F_ON) && (iph->tos >> 2) == pc->lossless_dscp) {
+            pp = pfc_port.lookup(&in_slot);
+            if (pp && pp->limit_bytes) {
+                if (pfc_over_headroom(pp, rl_now(nowp), len)) {
+                    __sync_fetch_and_add(&pp->headroom_drops, 1);
+                    return rl_drop(ctx, port_stats.lookup(&in_slot), DROP_PFC_HEADROOM);
+                }
+                buf_ns = ~0ULL;
+            } else {
+                pp = NULL;
+            }
+        }
+        if (queue_admit(q, rl_now(nowp), rl_div1000(len * q->ps_per_byte), &mark, buf_ns))
+            return rl_drop(ctx, eps, DROP_QUEUE_FULL);
+        if (pp)
+            pfc_hold(pp, *(volatile __u64 *)&q->t_free, len);
+    }
 
     rewrite_macs(eth, m->dmac, m->smac);
     ip_decrease_ttl(iph);
@@ -602,6 +627,13 @@ int xdp_switch(struct xdp_md *ctx)
         return rl_drop(ctx, ps, DROP_PARSE_ERROR);
     if (proto == RL_ETH_P_ARP)
         return handle_arp(ctx, &nh, data_end, eth, port, ps, ifindex);
+    if (proto == RL_ETH_P_MAC_CONTROL) {   /* PFC from the neighbour: recorded, not forwarded */
+        struct pfc_port *pp = pfc_port.lookup(&slot);
+
+        if (pp && pfc_receive(pp, data, data_end, rl_now(&now)) == 0)
+            return rl_exit(ctx, XDP_DROP);
+        return rl_drop(ctx, ps, DROP_NOT_IPV4);
+    }
     if (proto != RL_ETH_P_IP)
         return rl_drop(ctx, ps, DROP_NOT_IPV4);
     if (eth->h_dest[0] & 1)
@@ -674,7 +706,7 @@ int xdp_switch(struct xdp_md *ctx)
             __sync_fetch_and_add(&te->packets, 1);
             __sync_fetch_and_add(&te->bytes, len);
             rl_flow_seen(&f, te->m.egress_slot, len, &now);
-            return rl_transmit(ctx, eth, iph, &te->m, len, NULL, &now);
+            return rl_transmit(ctx, eth, iph, &te->m, len, NULL, &now, slot);
         }
     }
 
@@ -710,5 +742,5 @@ route:
         return rl_drop(ctx, ps, DROP_NO_MEMBER);
     mc = member_stats.lookup(&midx);
     rl_flow_seen(&f, m->egress_slot, len, &now);
-    return rl_transmit(ctx, eth, iph, m, len, mc, &now);
+    return rl_transmit(ctx, eth, iph, m, len, mc, &now, slot);
 }

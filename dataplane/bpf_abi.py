@@ -34,6 +34,7 @@ MAX_FLOWS_SEEN = 16384       # flow_seen (bpf/flows.h): (egress port, 5-tuple) e
 
 # ---- protocol numbers ----
 RL_ETH_P_IP = 0x0800
+RL_ETH_P_MAC_CONTROL = 0x8808
 RL_ETH_P_ARP = 0x0806
 RL_IPPROTO_TCP = 6
 RL_IPPROTO_UDP = 17
@@ -51,6 +52,7 @@ DROP_UNKNOWN_PORT = 7
 DROP_NOT_UNICAST = 8
 DROP_QUEUE_FULL = 9
 DROP_MEMBERS_DOWN = 10
+DROP_PFC_HEADROOM = 11
 DROP_REASON_MAX = 16
 
 DROP_REASONS: dict[int, str] = {
@@ -64,6 +66,7 @@ DROP_REASONS: dict[int, str] = {
     DROP_NOT_UNICAST: "not_unicast",
     DROP_QUEUE_FULL: "queue_full",
     DROP_MEMBERS_DOWN: "members_down",
+    DROP_PFC_HEADROOM: "pfc_headroom",
 }
 
 # ---- group modes ----
@@ -91,6 +94,12 @@ WCMP_SLOTS = 64
 DOWN_MASK_BITS = 64
 LB_SCAN_MAX = 4
 UTIL_ONE = 1024
+
+# ---- PFC (bpf/pfc.h) ----
+PFC_RING = 64
+PFC_POPS = 4
+PFC_F_ON = 1 << 0
+ECN_P_ONE = 65536
 
 
 def lb_mode(mode: str | int) -> int:
@@ -268,6 +277,9 @@ class PortQueue(ct.Structure):
         ("win_busy_ns", ct.c_uint64),
         ("flags", ct.c_uint32),
         ("_pad", ct.c_uint32),
+        ("ecn_max_ns", ct.c_uint64),
+        ("ecn_pmax", ct.c_uint32),
+        ("_pad2", ct.c_uint32),
     ]
 
 
@@ -391,6 +403,34 @@ class FlowCfg(ct.Structure):
     ]
 
 
+class PfcCfg(ct.Structure):
+    """value of `pfc_cfg` (array, key 0)"""
+    _fields_ = [
+        ("flags", ct.c_uint32),
+        ("lossless_dscp", ct.c_uint8),
+        ("lossless_prio", ct.c_uint8),
+        ("_pad", ct.c_uint16),
+    ]
+
+
+class PfcPort(ct.Structure):
+    """value of `pfc_port` (array, key: ingress port slot)"""
+    _fields_ = [
+        ("limit_bytes", ct.c_uint32),
+        ("head", ct.c_uint32),
+        ("tail", ct.c_uint32),
+        ("bytes", ct.c_uint32),
+        ("peak", ct.c_uint32),
+        ("_pad", ct.c_uint32),
+        ("headroom_drops", ct.c_uint64),
+        ("pause_rx", ct.c_uint64),
+        ("pause_until", ct.c_uint64 * 8),
+        ("ns_per_quantum", ct.c_uint64),
+        ("t_dep", ct.c_uint64 * PFC_RING),
+        ("len", ct.c_uint32 * PFC_RING),
+    ]
+
+
 # map name -> (key type, value type); sizes of array maps come from the cflags
 MAPS: dict[str, tuple[type, type]] = {
     "ports": (ct.c_uint32, PortInfo),
@@ -415,6 +455,8 @@ MAPS: dict[str, tuple[type, type]] = {
     "flow_seen": (FlowSeenKey, FlowSeen),
     "flow_cfg": (ct.c_uint32, FlowCfg),
     "flow_sample": (ct.c_uint32, ct.c_uint64),
+    "pfc_cfg": (ct.c_uint32, PfcCfg),
+    "pfc_port": (ct.c_uint32, PfcPort),
 }
 
 # C #define name -> value mirrored above (checked against railab_consts.h)

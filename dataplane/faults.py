@@ -365,7 +365,8 @@ def notifications(lab: str, *, notify: bool | None = None, arn: bool | None = No
                   poll_ms: float | None = None) -> dict:
     """Configure the agent's reaction: notify = FGLB link-down notices (default on); arn =
     adaptive routing notifications on congestion (default off) with its limits
-    (utilisation 0..1, queue bytes), receiver hold time, per-port rate limit, poll period."""
+    (utilisation 0..1, queue bytes), receiver hold time, per-port rate limit (both real-fabric
+    ms at the nominal speed: the lab waits them / scale), poll period (wall-clock ms)."""
     fields = dict(notify=notify, arn=arn, arn_util=arn_util, arn_queue_bytes=arn_queue_bytes,
                   hold_ms=hold_ms, interval_ms=interval_ms, poll_ms=poll_ms)
     return _req(lab, "arn_config", **{k: v for k, v in fields.items() if v is not None})

@@ -73,13 +73,26 @@ class Fabric:
 
     def set_port_model(self, *, scale: float | None = None, buffer_bytes: int | None = None,
                        ecn_bytes: int | None = None, window_us: float | None = None,
-                       queue: str | None = None) -> dict:
+                       queue: str | None = None, ecn_max_bytes: int | None = None,
+                       ecn_pmax: float | None = None, pfc: str | None = None,
+                       xoff_bytes: int | None = None, xon_bytes: int | None = None,
+                       headroom_bytes: int | None = None, pfc_dscp: int | None = None,
+                       pfc_priority: int | None = None, pfc_quanta: int | None = None,
+                       pfc_watchdog_us: float | None = None, pfc_restore_us: float | None = None) -> dict:
         """Emulated ports of the whole lab: speed = nominal x scale (0 = no model), tail-drop
-        buffer, ECN threshold (-1 = never mark), utilisation window, queue 'virtual' (no
+        buffer, ECN threshold (-1 = never mark; with ecn_max_bytes above it and ecn_pmax,
+        RED: Kmin, Kmax, Pmax), utilisation window (real-fabric us), queue 'virtual' (no
         added delay, fastest) or 'real' (frames wait in a shaper qdisc at the port's
-        speed; see dataplane.realqueue). Resets the queues."""
+        speed; see dataplane.realqueue). pfc 'on' (needs the real queue): frames with
+        pfc_dscp are lossless (priority pfc_priority); an ingress port holding more than
+        xoff_bytes pauses its neighbour with a PFC frame, xon_bytes resumes it,
+        headroom_bytes absorb the frames in flight. Resets the queues."""
         return self._req("port_model", scale=scale, buffer_bytes=buffer_bytes,
-                         ecn_bytes=ecn_bytes, window_us=window_us, queue=queue)
+                         ecn_bytes=ecn_bytes, window_us=window_us, queue=queue,
+                         ecn_max_bytes=ecn_max_bytes, ecn_pmax=ecn_pmax, pfc=pfc,
+                         xoff_bytes=xoff_bytes, xon_bytes=xon_bytes, headroom_bytes=headroom_bytes,
+                         pfc_dscp=pfc_dscp, pfc_priority=pfc_priority, pfc_quanta=pfc_quanta,
+                         pfc_watchdog_us=pfc_watchdog_us, pfc_restore_us=pfc_restore_us)
 
     # -------------------------------------------------------------- counters
     def counters(self, switch: str | None = None) -> dict:

@@ -621,10 +621,14 @@ class SwitchDataplane:
     # ------------------------------------------------------------------ port model
     def set_port_model(self, ifindex: int, *, speed_bps: int, buffer_bytes: int = 32768,
                        ecn_bytes: int | None = 8192, window_us: float = 1000.0,
-                       real_queue: bool = False) -> None:
+                       real_queue: bool = False, ecn_max_bytes: int | None = None,
+                       ecn_pmax: float = 1.0) -> None:
         """Emulate an egress port: speed_bps (already scaled), a tail-drop buffer of
         buffer_bytes, CE marking of ECT frames while the backlog exceeds ecn_bytes (None =
-        never), utilisation averaged over window_us windows. speed_bps 0 = no model
+        never) -- RED-style if ecn_max_bytes is above it: probability rising from 0 at
+        ecn_bytes (Kmin) to ecn_pmax at ecn_max_bytes (Kmax), every frame above Kmax (None
+        or <= Kmin: a step at Kmin) --, utilisation averaged over window_us windows
+        (wall-clock time). speed_bps 0 = no model
         (unlimited, no queue). The queue is virtual: frames are not delayed -- unless
         real_queue, which hands them to tc_handoff and the port's shaper qdisc instead of
         redirecting them (the caller sets those up first, see dataplane.realqueue)."""
@@ -639,6 +643,11 @@ class SwitchDataplane:
         q.ps_per_byte = ps_per_byte
         q.buf_ns = buffer_bytes * ps_per_byte // 1000
         q.ecn_ns = (2**64 - 1) if ecn_bytes is None else ecn_bytes * ps_per_byte // 1000
+        if not 0 <= ecn_pmax <= 1:
+            raise ValueError(f"ECN Pmax {ecn_pmax} is not a probability (0..1)")
+        if ecn_bytes is not None and ecn_max_bytes is not None and ecn_max_bytes > ecn_bytes:
+            q.ecn_max_ns = ecn_max_bytes * ps_per_byte // 1000
+            q.ecn_pmax = round(ecn_pmax * abi.ECN_P_ONE)
         q.win_ns = min(int(window_us * 1000), 2**32 - 1)
         if real_queue:
             if not speed_bps:
@@ -649,7 +658,50 @@ class SwitchDataplane:
         self._write_port(ifindex, port)
         self._port_model[ifindex] = {"speed_bps": speed_bps, "buffer_bytes": buffer_bytes,
                                      "ecn_bytes": ecn_bytes, "window_us": window_us,
-                                     "real_queue": real_queue}
+                                     "real_queue": real_queue, "ecn_max_bytes": ecn_max_bytes,
+                                     "ecn_pmax": ecn_pmax}
+
+    # ------------------------------------------------------------------ PFC
+    def set_pfc(self, *, on: bool, lossless_dscp: int = 26, lossless_prio: int = 3) -> None:
+        """Lab-wide PFC: frames with lossless_dscp are the lossless priority (accounted at
+        their ingress port, never tail-dropped by an egress queue) while on."""
+        cfg = abi.PfcCfg(flags=abi.PFC_F_ON if on else 0, lossless_dscp=lossless_dscp,
+                         lossless_prio=lossless_prio)
+        self.maps.update("pfc_cfg", ct.c_uint32(0), cfg)
+
+    def set_pfc_port(self, ifindex: int, *, limit_bytes: int, ns_per_quantum: int) -> None:
+        """An ingress port's PFC account: a lossless frame beyond limit_bytes (XOFF +
+        headroom; 0 = no accounting) is dropped; ns_per_quantum: wall ns of one pause
+        quantum it receives. Resets the account and the pause times."""
+        port = self.port_info(ifindex)
+        pp = abi.PfcPort(limit_bytes=min(int(limit_bytes), 2**32 - 1), ns_per_quantum=int(ns_per_quantum))
+        self.maps.update("pfc_port", ct.c_uint32(port.slot), pp)
+
+    def pfc_occupancy(self, ifindex: int, pp: "abi.PfcPort | None" = None) -> int:
+        """Lossless bytes from this ingress port still waiting in egress queues now: the
+        ring's entries whose departure time is still ahead."""
+        if pp is None:
+            pp = abi.PfcPort()
+            if not self.maps.lookup("pfc_port", ct.c_uint32(self.port_info(ifindex).slot), pp):
+                return 0
+        if not pp.bytes:
+            return 0
+        if pp.head - pp.tail > abi.PFC_RING:
+            return pp.bytes
+        now = time.monotonic_ns()
+        return sum(pp.len[i % abi.PFC_RING] for i in range(pp.tail, pp.head)
+                   if pp.t_dep[i % abi.PFC_RING] > now)
+
+    def pfc_port_state(self, ifindex: int) -> dict:
+        """occupancy_bytes: lossless bytes from this ingress port still waiting in egress
+        queues now; peak_bytes, headroom_drops; pause_rx (PFC frames received here) and
+        paused_until_ns per priority (monotonic ns; 0 = never paused)."""
+        port = self.port_info(ifindex)
+        pp = abi.PfcPort()
+        if not self.maps.lookup("pfc_port", ct.c_uint32(port.slot), pp):
+            return {}
+        return {"occupancy_bytes": self.pfc_occupancy(ifindex, pp), "peak_bytes": pp.peak, "headroom_drops": pp.headroom_drops,
+                "pause_rx": pp.pause_rx, "paused_until_ns": list(pp.pause_until)}
 
     def port_model(self, ifindex: int) -> dict | None:
         return self._port_model.get(ifindex)

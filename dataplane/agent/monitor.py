@@ -88,8 +88,10 @@ DEFAULTS = {"notify": True,          # FGLB: tell neighbours about lost paths (l
             "arn": False,            # ARN on congestion (needs the port model)
             "arn_util": 0.9,         # utilisation limit (0..1)
             "arn_queue_bytes": 16384,  # queue depth limit (bytes at the scaled speed)
-            "hold_ms": 200.0,        # receiver keeps a congestion exclusion this long
-            "interval_ms": 20.0,     # at most one congestion notice per port per interval
+            # real-fabric times at the nominal speed (wall = real / scale, dataplane.timescale);
+            # at scale 1/40 these two are 200 ms and 20 ms of wall-clock time
+            "hold_ms": 5.0,          # receiver keeps a congestion exclusion this long
+            "interval_ms": 0.5,      # at most one congestion notice per port per interval
             "poll_ms": 2.0,          # congestion poll period
             "learn": True}           # ARP-to-host-route on host-facing leaf ports
 SETTING_RANGES = {"arn_util": (0.0, 1.0), "arn_queue_bytes": (0, 1 << 30), "hold_ms": (0.0, 3.6e6),
@@ -518,8 +520,13 @@ class FabricMonitor:
             self._arn_port_list, self._arn_port_gen = list(ports.values()), gen
         return self._arn_port_list
 
+    def _hold_wall_ms(self) -> int:
+        """The hold time as notices carry it: wall-clock ms at the lab's scale (sender and
+        receiver share the lab's clock), at least 1 (0 would mean "until restored")."""
+        return max(1, round(self.p.wall_us(self.cfg["hold_ms"] * 1000) / 1000))
+
     def _poll_congestion(self, now: int) -> None:
-        interval = int(self.cfg["interval_ms"] * 1e6)
+        interval = int(self.p.wall_us(self.cfg["interval_ms"] * 1000) * 1000)
         for node, iface, targets in self._arn_ports():
             key = (node.name, iface.ifindex)
             if now - self.arn_last.get(key, 0) < interval:
@@ -541,7 +548,7 @@ class FabricMonitor:
                                 "reason": REASONS[reason], "metric": metric, "t_ns": now})
             for gid, prefix in targets:
                 self._send_upstream(node, prefix, T_WITHDRAW, reason, gid,
-                                    hold_ms=int(self.cfg["hold_ms"]), metric=metric, port=iface.ifindex)
+                                    hold_ms=self._hold_wall_ms(), metric=metric, port=iface.ifindex)
 
     # ------------------------------------------------------------ ARP -> host routes
     def _enable_learning(self) -> None:

@@ -12,7 +12,7 @@ import zlib
 from dataclasses import dataclass, field
 
 from dataplane import bpf_abi as abi
-from dataplane import controller
+from dataplane import controller, pfc, timescale
 from dataplane.agent.flows import FLOW_SAMPLE_SHIFT
 from dataplane.netns_util import in_netns
 from dataplane.pathtrace import FlowKey, trace
@@ -24,7 +24,9 @@ from dataplane.switch_dataplane import GroupState
 
 
 # Emulated port model, lab-wide defaults: nominal (topology) speed x scale. Buffer and
-# ECN threshold are bytes at the scaled speed. queue "virtual" (default, the fast path):
+# ECN thresholds are real bytes (a queue of N bytes drains in the same number of packet
+# times at any scale); window_us is real-fabric time at the nominal speed, applied as
+# window_us / scale of wall-clock time (dataplane.timescale), like every time below. queue "virtual" (default, the fast path):
 # the model decides drops, ECN marks and load but does not delay frames -- so TCP, whose
 # window cannot shrink below ~2 segments per (microsecond) RTT, cannot adapt to a port
 # slower than what it offers, and paths differ in load but not in delay. The default
@@ -32,8 +34,28 @@ from dataplane.switch_dataplane import GroupState
 # also wait in a shaper qdisc at the port's speed (dataplane.realqueue), so queueing
 # delay, reordering across paths and TCP at slow ports are real (the skb path costs
 # a few microseconds per hop, so it is for experiments, not for speed).
+# ECN is RED-style (DCQCN's): ecn_bytes is Kmin, ecn_max_bytes Kmax (-1 or <= Kmin: one
+# threshold, every ECT frame above Kmin marked), ecn_pmax the marking probability at Kmax.
+# PFC (dataplane.pfc, bpf/pfc.h): frames with pfc_dscp are the lossless priority
+# pfc_priority; above xoff_bytes buffered from one ingress port the switch pauses that
+# port's neighbour, at or below xon_bytes it resumes it; headroom_bytes above XOFF absorb
+# what arrives before the pause takes effect. Pauses last pfc_quanta x 512 bit times at
+# the nominal speed (real-fabric time). Needs the real queue: XDP cannot hold a frame.
+# The PFC watchdog (hosts): a priority paused for pfc_watchdog_us without a break stops
+# honouring pauses and is dropped for pfc_restore_us (real-fabric us, SONiC's 200 ms).
 PORT_MODEL_DEFAULTS = {"scale": 1 / 40, "buffer_bytes": 32768, "ecn_bytes": 8192,
-                       "window_us": 1000.0, "queue": "virtual"}
+                       "window_us": 2.0, "queue": "virtual", "ecn_max_bytes": -1, "ecn_pmax": 1.0,
+                       "pfc": "off", "xoff_bytes": 12288, "xon_bytes": 6144, "headroom_bytes": 8192,
+                       "pfc_dscp": pfc.DEFAULT_LOSSLESS_DSCP, "pfc_priority": pfc.DEFAULT_LOSSLESS_PRIORITY,
+                       "pfc_quanta": pfc.MAX_QUANTA, "pfc_watchdog_us": 200_000.0,
+                       "pfc_restore_us": 200_000.0}
+PFC_STATES = ("on", "off")
+# Load-balancing times of a new group, real-fabric microseconds at the nominal speed: a
+# flowlet ends after a 200 us gap (about 6,700 full frames at 400G), or 50 us while its
+# member is busy. At scale 1/40 the lab waits 8 ms and 2 ms of wall-clock time for them.
+LB_TIME_DEFAULTS = {"flowlet_timeout_us": 200.0, "busy_timeout_us": 50.0}
+MAX_REAL_US = 1e6                 # a time constant longer than a real-fabric second is a typo
+MAX_WALL_US = 4e6 - 1            # the data path keeps these times as u32 nanoseconds (< 4.29 s)
 QUEUE_KINDS = ("virtual", "real")
 MAX_BUFFER_BYTES = 256 << 20      # a real queue's tbf limit (2 x buffer) must fit 32 bits
 MIN_PORT_BPS = 2000               # the data path keeps picoseconds per byte in 32 bits
@@ -84,6 +106,30 @@ class SwitchProgrammer:
         self.lbn: dict[tuple[str, str], int] = {}
         self.speed_override: dict[int, int] = {}   # ifindex -> nominal b/s (fault "degrade")
         self._handoff_ports: set[int] = set()        # ifindexes with tc_handoff attached
+        self.lb_times: dict[int, dict[str, float]] = {}   # gid -> LB_TIME_DEFAULTS' keys, real us
+        self.pfc_sender = None                     # dataplane.agent.pfc.PfcSender while PFC is on
+
+    # ------------------------------------------------------------ one clock
+    def wall_us(self, real_us: float) -> float:
+        """Real-fabric microseconds -> the wall-clock microseconds the lab applies at its
+        scale, capped at what the data path's u32 nanoseconds hold (about 4.3 s)."""
+        return min(timescale.wall_seconds(real_us * 1e-6, self.port_model["scale"]) * 1e6, MAX_WALL_US)
+
+    def _write_lb_times(self, gid: int, **changes) -> None:
+        """Record a group's real-fabric load-balancing times and write their wall values."""
+        check_real_times(**changes)
+        for key, value in changes.items():
+            if value is not None:
+                self.lb_times[gid][key] = float(value)
+        times = self.lb_times[gid]
+        self.dp.set_group_lb(gid, flowlet_timeout_us=self.wall_us(times["flowlet_timeout_us"]),
+                             busy_timeout_us=self.wall_us(times["busy_timeout_us"]))
+
+    def clock(self) -> dict:
+        """The lab's clock: wall-clock seconds per real-fabric second, and the wall values
+        of the port model's times (lb show, top and reports print both)."""
+        return {"scale": self.port_model["scale"], "stretch": timescale.stretch(self.port_model["scale"]),
+                "window_wall_us": self.wall_us(self.port_model["window_us"])}
 
     def seed_for(self, switch: str) -> int:
         return zlib.crc32(f"{self.spec.name}/{switch}".encode())
@@ -121,11 +167,16 @@ class SwitchProgrammer:
     def apply_port_model(self, **changes) -> dict:
         new = merged(self.port_model, changes, PORT_MODEL_DEFAULTS, "port-model")
         self._check_port_model(new)
+        rescaled = new["scale"] != self.port_model["scale"]
         self.port_model = new
         for node in self.spec.switches:
             with self._queues(node) as queues:
                 for iface in node.interfaces:
                     self._apply_port(iface, queues)
+        if rescaled:       # the same real-fabric times are other wall-clock times now
+            for gid in self.lb_times:
+                self._write_lb_times(gid)
+        self._apply_pfc()
         return dict(new)
 
     def _check_port_model(self, pm: dict) -> None:
@@ -134,8 +185,9 @@ class SwitchProgrammer:
             raise ValueError(f"queue must be one of {', '.join(QUEUE_KINDS)}, not {pm['queue']!r}")
         if not (math.isfinite(pm["scale"]) and 0 <= pm["scale"] <= 1):
             raise ValueError("scale must be in [0, 1] (0 = no port model)")
-        if not (math.isfinite(pm["window_us"]) and 0 < pm["window_us"] <= 4e6):
-            raise ValueError("window_us must be more than 0 and at most 4,000,000 (4 s)")
+        if not (math.isfinite(pm["window_us"]) and 0 < pm["window_us"] <= MAX_REAL_US):
+            raise ValueError(f"window_us must be more than 0 and at most {MAX_REAL_US:,.0f} "
+                             "(real-fabric microseconds)")
         if not 0 < pm["buffer_bytes"] <= MAX_BUFFER_BYTES:
             raise ValueError(f"buffer_bytes must be between 1 and {MAX_BUFFER_BYTES:,}")
         if not -1 <= pm["ecn_bytes"] <= MAX_BUFFER_BYTES:
@@ -144,6 +196,12 @@ class SwitchProgrammer:
             raise ValueError(f"a real queue needs native XDP (--dataplane xdp): this lab attaches "
                              f"in {self.spec.dataplane} mode, where frames handed up to a port's "
                              "shaper do not reach it")
+        if pm["ecn_max_bytes"] > MAX_BUFFER_BYTES or (0 <= pm["ecn_max_bytes"] < pm["ecn_bytes"]):
+            raise ValueError(f"ECN Kmax {pm['ecn_max_bytes']} B must not be below Kmin "
+                             f"{pm['ecn_bytes']} B (-1 = one threshold at Kmin)")
+        if not (math.isfinite(pm["ecn_pmax"]) and 0 < pm["ecn_pmax"] <= 1):
+            raise ValueError(f"ECN Pmax {pm['ecn_pmax']} must be a probability above 0 and at most 1")
+        self._check_pfc(pm)
         if pm["queue"] == "real" and pm["scale"] == 0:
             raise ValueError("a real queue needs the port model on (scale > 0)")
         if pm["scale"] > 0:
@@ -152,6 +210,62 @@ class SwitchProgrammer:
             if slowest < MIN_PORT_BPS:
                 raise ValueError(f"scale {pm['scale']:g} makes the slowest port {slowest:,.0f} b/s; "
                                  f"the port model emulates {MIN_PORT_BPS:,} b/s and up")
+
+    def _check_pfc(self, pm: dict) -> None:
+        if pm["pfc"] not in PFC_STATES:
+            raise ValueError(f"pfc must be on or off, not {pm['pfc']!r}")
+        if not 0 <= pm["pfc_priority"] <= 7 or pm["pfc_priority"] == pfc.DEFAULT_CNP_PRIORITY:
+            raise ValueError(f"PFC priority {pm['pfc_priority']}: must be one of 0-7 other than "
+                             f"{pfc.DEFAULT_CNP_PRIORITY} (CNPs)")
+        if not 0 <= pm["pfc_dscp"] <= 63 or pm["pfc_dscp"] == pfc.DEFAULT_CNP_DSCP:
+            raise ValueError(f"PFC DSCP {pm['pfc_dscp']}: must be 0-63 other than "
+                             f"{pfc.DEFAULT_CNP_DSCP} (CNPs)")
+        for key in ("pfc_watchdog_us", "pfc_restore_us"):
+            if not (math.isfinite(pm[key]) and 0 <= pm[key] <= 10 * MAX_REAL_US):
+                raise ValueError(f"{key} must be 0 (off) to {10 * MAX_REAL_US:,.0f} (real-fabric us)")
+        if not 1 <= pm["pfc_quanta"] <= pfc.MAX_QUANTA:
+            raise ValueError(f"PFC quanta {pm['pfc_quanta']}: must be 1-{pfc.MAX_QUANTA}")
+        if pm["pfc"] == "off":
+            return
+        if pm["queue"] != "real":
+            raise ValueError("PFC needs --queue real: a virtual queue cannot hold a paused "
+                             "priority's frames (XDP forwards or drops at once)")
+        if not 0 <= pm["xon_bytes"] <= pm["xoff_bytes"]:
+            raise ValueError(f"XON {pm['xon_bytes']} B must be at most XOFF {pm['xoff_bytes']} B")
+        frame = max((self._mtu(i) for n in self.spec.switches for i in n.interfaces), default=1500) + 18
+        if pm["headroom_bytes"] < frame:
+            raise ValueError(f"headroom {pm['headroom_bytes']} B is smaller than one frame ({frame} B)")
+        if pm["xoff_bytes"] + pm["headroom_bytes"] > pm["buffer_bytes"] * 8:
+            raise ValueError(f"XOFF + headroom ({pm['xoff_bytes'] + pm['headroom_bytes']} B) do not fit "
+                             f"the port's share of the buffer (8 x {pm['buffer_bytes']} B)")
+
+    @staticmethod
+    def _mtu(iface) -> int:
+        return int(getattr(iface, "mtu", 0) or 1500)
+
+    def pause_wall_ns(self, iface, quanta: int) -> int:
+        """Wall-clock ns that `quanta` pause quanta last on this port (nominal speed, scale)."""
+        nominal = self.speed_override.get(iface.ifindex, iface.speed_bps)
+        return int(pfc.quanta_wall_seconds(quanta, nominal, self.port_model["scale"]) * 1e9)
+
+    def _apply_pfc(self) -> None:
+        """PFC on or off in the data path, every port's account, and the sender thread."""
+        pm = self.port_model
+        on = pm["pfc"] == "on"
+        self.dp.set_pfc(on=on, lossless_dscp=pm["pfc_dscp"], lossless_prio=pm["pfc_priority"])
+        for node in self.spec.switches:
+            for iface in node.interfaces:
+                self.dp.set_pfc_port(iface.ifindex,
+                                     limit_bytes=pm["xoff_bytes"] + pm["headroom_bytes"] if on else 0,
+                                     ns_per_quantum=self.pause_wall_ns(iface, 1) or 1)
+        if self.pfc_sender is not None:
+            self.pfc_sender.close()
+            self.pfc_sender = None
+        if on:
+            from dataplane.agent.pfc import PfcSender
+            self.pfc_sender = PfcSender(self, {"xoff_bytes": pm["xoff_bytes"], "xon_bytes": pm["xon_bytes"],
+                                               "quanta": pm["pfc_quanta"], "priority": pm["pfc_priority"]})
+            self.pfc_sender.start()
 
     def _queues(self, node):
         """The real-queue (tc) side of node's ports, or a no-op context if neither the
@@ -175,13 +289,23 @@ class SwitchProgrammer:
             if iface.ifindex not in self._handoff_ports:
                 queues.attach(iface.ifindex, self.dp.handoff_prog_fd)
                 self._handoff_ports.add(iface.ifindex)
-            queues.shape(iface.ifindex, speed, pm["buffer_bytes"])
+            queues.shape(iface.ifindex, speed, pm["buffer_bytes"] + self._pfc_room(pm))
         self.dp.set_port_model(iface.ifindex, speed_bps=speed, buffer_bytes=pm["buffer_bytes"],
                                ecn_bytes=pm["ecn_bytes"] if pm["ecn_bytes"] >= 0 else None,
-                               window_us=pm["window_us"], real_queue=real)
+                               window_us=self.wall_us(pm["window_us"]), real_queue=real,
+                               ecn_max_bytes=pm["ecn_max_bytes"] if pm["ecn_max_bytes"] >= 0 else None,
+                               ecn_pmax=pm["ecn_pmax"])
         if not real and iface.ifindex in self._handoff_ports:
             queues.detach(iface.ifindex)
             self._handoff_ports.discard(iface.ifindex)
+
+    def _pfc_room(self, pm: dict) -> int:
+        """Bytes a real queue must hold beyond the buffer while PFC is on: lossless frames
+        are never tail-dropped, each ingress port of a switch may park XOFF + headroom."""
+        if pm["pfc"] != "on":
+            return 0
+        most_ports = max(len(n.interfaces) for n in self.spec.switches)
+        return most_ports * (pm["xoff_bytes"] + pm["headroom_bytes"])
 
     def port_speed(self, switch: str, port: str, speed_bps: int | None = None) -> dict:
         """Fault 'degrade': give one port a lower nominal speed (scaled like every port by
@@ -252,6 +376,7 @@ class SwitchProgrammer:
         if bandwidth and mode is None:
             mode = "wcmp"
         self._check_lb_request(nodes, switch, seed, weights, lbn)
+        check_real_times(flowlet_timeout_us=flowlet_timeout_us, busy_timeout_us=busy_timeout_us)
         changed = []
         for node in nodes:
             by_name = {i.name: i for i in node.interfaces}
@@ -278,9 +403,9 @@ class SwitchProgrammer:
                     if len(weights) != len(members):
                         continue   # a weight list applies to groups of that many members
                     w = [float(x) for x in weights]
-                self.dp.set_group_lb(gid, mode=mode, flowlet_timeout_us=flowlet_timeout_us,
-                                     busy_util=busy_util, busy_timeout_us=busy_timeout_us,
-                                     weights=w)
+                self.dp.set_group_lb(gid, mode=mode, busy_util=busy_util, weights=w)
+                self._write_lb_times(gid, flowlet_timeout_us=flowlet_timeout_us,
+                                     busy_timeout_us=busy_timeout_us)
                 changed.append(gid)
         return {"switches": [n.name for n in nodes], "groups": changed}
 
@@ -304,8 +429,7 @@ class SwitchProgrammer:
         (a learned host route) gets a new group's settings."""
         new = GroupState(members=[])
         fresh = {"mode": abi.LB_MODE_NAMES[new.mode], "hash_fields": new.hash_fields,
-                 "flowlet_timeout_us": new.flowlet_timeout_us, "busy_util": new.busy_util,
-                 "busy_timeout_us": new.busy_timeout_us, "weights": new.weights}
+                 "busy_util": new.busy_util, "weights": new.weights, **LB_TIME_DEFAULTS}
         switches = snapshot["switches"]
         nodes = [self.select(name, None)[0] for name in switches]
         for node in nodes:
@@ -319,9 +443,10 @@ class SwitchProgrammer:
             for gid in self.routing.group_ids(node.name):
                 g = saved["groups"].get(str(gid)) or fresh
                 self.dp.set_group_lb(gid, mode=g["mode"], hash_fields=g["hash_fields"] or 0,
-                                     flowlet_timeout_us=g["flowlet_timeout_us"],
-                                     busy_util=g["busy_util"], busy_timeout_us=g["busy_timeout_us"],
-                                     weights=g["weights"], clear_weights=g["weights"] is None)
+                                     busy_util=g["busy_util"], weights=g["weights"],
+                                     clear_weights=g["weights"] is None)
+                self._write_lb_times(gid, flowlet_timeout_us=g["flowlet_timeout_us"],
+                                     busy_timeout_us=g["busy_timeout_us"])
         return {"switches": [n.name for n in nodes]}
 
     def _check_lb_request(self, nodes, switch, seed, weights, lbn) -> None:
@@ -348,13 +473,16 @@ class SwitchProgrammer:
                                  f"{' or '.join(map(str, sorted(sizes)))} members")
 
     def lb_show(self) -> dict:
-        out = {"port_model": dict(self.port_model), "switches": {}}
+        out = {"port_model": dict(self.port_model), "clock": self.clock(), "switches": {}}
         for node in self.spec.switches:
             groups = {}
             for (owner, members), gid in self.routing.groups.items():
                 if owner != node.name:
                     continue
                 info = self.dp.group_info(gid)
+                for key, real in self.lb_times.get(gid, {}).items():   # real, and what the lab waits
+                    info[key.replace("_us", "_wall_us")] = info[key]
+                    info[key] = real
                 info["members"] = list(members)
                 info["prefixes"] = self.routing.prefixes.get(gid, [])
                 groups[str(gid)] = info
@@ -418,6 +546,8 @@ class SwitchProgrammer:
             rs.prefixes[gid] = []
             rs.generation += 1
             self.dp.set_group(gid, [(by_name[n].ifindex, by_name[n].peer_mac) for n in nexthops])
+            self.lb_times[gid] = dict(LB_TIME_DEFAULTS)
+            self._write_lb_times(gid)
         return gid
 
     def attach(self, attach_xdp) -> None:
@@ -452,6 +582,7 @@ class SwitchProgrammer:
                 model = self.dp.port_model(i.ifindex) or {}
                 c["speed_bps"] = model.get("speed_bps", 0)       # emulated (scaled)
                 c["nominal_speed_bps"] = i.speed_bps
+                c["pfc"] = self.pfc_counters(i)
                 ports[i.name] = c
             groups = {}
             for (owner, members), gid in self.routing.groups.items():
@@ -471,7 +602,26 @@ class SwitchProgrammer:
         # when the counters were read (CLOCK_MONOTONIC, as the caller's time.monotonic_ns):
         # the middle of the read, which can take long on a busy machine
         result["t_ns"] = (started + time.monotonic_ns()) // 2
+        result["clock"] = self.clock()
         return result
+
+    def pfc_counters(self, iface) -> dict:
+        """Per port, for the lossless priority: pause frames sent (XOFF and XON) and time
+        spent pausing the neighbour (wall and real ns), frames received from it, headroom
+        used (peak account above XOFF), headroom drops. Empty while PFC is off."""
+        if self.port_model["pfc"] != "on":
+            return {}
+        st = self.dp.pfc_port_state(iface.ifindex)
+        sent = self.pfc_sender.port_counters(iface.ifindex) if self.pfc_sender else {}
+        wall = sent.get("paused_sent_ns", 0)
+        return {"priority": self.port_model["pfc_priority"],
+                "pause_frames_sent": sent.get("pause_frames_sent", 0), "xon_sent": sent.get("xon_sent", 0),
+                "pausing": bool(sent.get("pausing")), "paused_ns": wall,
+                "paused_real_ns": int(timescale.real_seconds(wall, self.port_model["scale"])),
+                "pause_frames_received": st.get("pause_rx", 0),
+                "occupancy_bytes": st.get("occupancy_bytes", 0),
+                "headroom_used_bytes": max(0, st.get("peak_bytes", 0) - self.port_model["xoff_bytes"]),
+                "headroom_drops": st.get("headroom_drops", 0)}
 
     def switch_reset(self, switch: str) -> dict:
         """Forget the switch's run-time state (as a reboot would); see reset_switch_state."""
@@ -481,6 +631,14 @@ class SwitchProgrammer:
     def port_states(self, switch: str | None = None) -> dict:
         return {n.name: {i.name: self.dp.port_is_up(i.ifindex) for i in n.interfaces}
                 for n in self.spec.switches if switch in (None, n.name)}
+
+
+def check_real_times(**times) -> None:
+    """Refuse a real-fabric time (microseconds) that is not a positive number up to a second."""
+    for key, value in times.items():
+        if value is not None and not (math.isfinite(float(value)) and 0 < float(value) <= MAX_REAL_US):
+            raise ValueError(f"{key} must be more than 0 and at most {MAX_REAL_US:,.0f} us "
+                             "(real-fabric time at the nominal port speed)")
 
 
 def _run_frame(prog_fd: int, netns: str, frame: bytes, ifindex: int) -> tuple[int, bytes]:

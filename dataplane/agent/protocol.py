@@ -76,6 +76,17 @@ class PortModel(Request):
     ecn_bytes: int | None = None
     window_us: float | None = None
     queue: str | None = None
+    ecn_max_bytes: int | None = None
+    ecn_pmax: float | None = None
+    pfc: str | None = None              # "on" / "off"
+    xoff_bytes: int | None = None
+    xon_bytes: int | None = None
+    headroom_bytes: int | None = None
+    pfc_dscp: int | None = None
+    pfc_priority: int | None = None
+    pfc_quanta: int | None = None
+    pfc_watchdog_us: float | None = None
+    pfc_restore_us: float | None = None
 
 
 @dataclass
@@ -218,6 +229,8 @@ def request(op: str, **fields) -> Request:
 
 # ------------------------------------------------------------------ the counters reply
 PORT_TOTALS = ("rx_packets", "rx_bytes", "tx_packets", "tx_bytes", "ecn_marked")
+PFC_TOTALS = ("pause_frames_sent", "xon_sent", "paused_ns", "paused_real_ns", "pause_frames_received",
+              "headroom_drops")
 
 
 @dataclass
@@ -234,6 +247,8 @@ class PortCounters:
     speed_bps: int = 0              # emulated (nominal x the port model's scale); 0 = no model
     nominal_speed_bps: int = 0      # the topology's
     shaper: dict | None = None      # real queue: the port's qdisc now (backlog_bytes, drops, ...)
+    pfc: dict = field(default_factory=dict)   # PFC on: the lossless priority's pauses (see
+                                              # SwitchProgrammer.pfc_counters); {} while off
 
     @property
     def waiting_bytes(self) -> int:
@@ -244,9 +259,10 @@ class PortCounters:
     def minus(self, before: "PortCounters") -> "PortCounters":
         """Totals since `before`; the state now (queue, speeds) as it is."""
         reasons = set(self.drops) | set(before.drops)
+        pfc = {k: (v - before.pfc.get(k, 0) if k in PFC_TOTALS else v) for k, v in self.pfc.items()}
         return dataclasses.replace(
             self, **{f: getattr(self, f) - getattr(before, f) for f in PORT_TOTALS},
-            drops={r: self.drops.get(r, 0) - before.drops.get(r, 0) for r in reasons})
+            drops={r: self.drops.get(r, 0) - before.drops.get(r, 0) for r in reasons}, pfc=pfc)
 
     def to_wire(self) -> dict:
         out = dataclasses.asdict(self)
@@ -284,6 +300,7 @@ class CounterSnapshot:
     verdicts: dict[str, dict] = field(default_factory=dict)   # verdict -> {packets, bytes}
     drops: dict[str, int] = field(default_factory=dict)       # reason -> packets
     t_ns: int | None = None         # when the agent read them (monotonic ns), if it said
+    clock: dict | None = None       # the lab's clock: scale, stretch (wall s per real s)
 
     @classmethod
     def from_wire(cls, data: dict) -> "CounterSnapshot":
@@ -294,7 +311,8 @@ class CounterSnapshot:
                                          [MemberCounters(**m) for m in g["members"]])
                       for gid, g in sw["groups"].items()}
             switches[name] = SwitchCounters(ports, groups)
-        return cls(switches, dict(data.get("verdicts", {})), dict(data.get("drops", {})), data.get("t_ns"))
+        return cls(switches, dict(data.get("verdicts", {})), dict(data.get("drops", {})), data.get("t_ns"),
+                   data.get("clock"))
 
     def to_wire(self) -> dict:
         out = {"switches": {name: {"ports": {p: c.to_wire() for p, c in sw.ports.items()},
@@ -303,6 +321,8 @@ class CounterSnapshot:
                "verdicts": self.verdicts, "drops": self.drops}
         if self.t_ns is not None:
             out["t_ns"] = self.t_ns
+        if self.clock is not None:
+            out["clock"] = self.clock
         return out
 
     def port(self, switch: str, port: str) -> PortCounters | None:
@@ -326,7 +346,7 @@ class CounterSnapshot:
         drops = {r: n - before.drops.get(r, 0) for r, n in self.drops.items()}
         verdicts = {v: {k: n - before.verdicts.get(v, {}).get(k, 0) for k, n in c.items()}
                     for v, c in self.verdicts.items()}
-        return CounterSnapshot(switches, verdicts, drops, self.t_ns)
+        return CounterSnapshot(switches, verdicts, drops, self.t_ns, self.clock)
 
     def waiting_bytes(self) -> int:
         """Bytes waiting in the fabric's emulated ports now."""

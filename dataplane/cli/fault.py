@@ -79,7 +79,7 @@ def _run(args) -> int:
               f"{', '.join(f'{k}={v / 1e9:g}G' for k, v in f['degraded'].items()) or '-'}")
         cfg = st["config"]
         print(f"notify={'on' if cfg['notify'] else 'off'} arn={'on' if cfg['arn'] else 'off'} "
-              f"util>={cfg['arn_util']} queue>={cfg['arn_queue_bytes']}B hold={cfg['hold_ms']}ms")
+              f"util>={cfg['arn_util']} queue>={cfg['arn_queue_bytes']}B hold={cfg['hold_ms']}ms real-fabric time")
         for sw, c in sorted(st["counters"].items()):
             print(f"  {sw}: " + " ".join(f"{k}={v}" for k, v in sorted(c.items())))
         for e in st["exclusions"]:

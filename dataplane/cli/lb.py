@@ -42,10 +42,27 @@ def register(sub) -> None:
                                                 "e.g. 0.00025 = 400G -> 100 Mb/s")
     pm.add_argument("--buffer-bytes", type=int)
     pm.add_argument("--ecn-bytes", type=int, help="mark CE above this backlog (-1 = never)")
-    pm.add_argument("--window-us", type=float, help="utilisation averaging window")
+    pm.add_argument("--ecn", metavar="KMIN,KMAX,PMAX",
+                    help="RED marking as DCQCN expects: no mark below KMIN bytes, probability "
+                         "rising to PMAX at KMAX, every frame above KMAX (one number: a step)")
+    pm.add_argument("--window-us", type=float, help="utilisation averaging window "
+                                                    "(real-fabric us at the nominal speed)")
     pm.add_argument("--queue", choices=("virtual", "real"),
                     help="virtual: drops and marks, no added delay (fast); real: frames also "
                          "wait in a shaper qdisc at the port's speed (delay, reordering)")
+    pm.add_argument("--pfc", choices=("on", "off"),
+                    help="PFC on the lossless priority (needs --queue real)")
+    pm.add_argument("--xoff-bytes", type=int, help="PFC: pause the neighbour above this many bytes "
+                                                   "buffered from one ingress port")
+    pm.add_argument("--xon-bytes", type=int, help="PFC: resume it at or below this many")
+    pm.add_argument("--headroom-bytes", type=int, help="PFC: room above XOFF for frames in flight")
+    pm.add_argument("--pfc-dscp", type=int, help="PFC: DSCP of the lossless priority (default 26)")
+    pm.add_argument("--pfc-priority", type=int, help="PFC: the lossless priority 0-7 (default 3)")
+    pm.add_argument("--pfc-quanta", type=int, help="PFC: pause time of an XOFF, in 512-bit-time "
+                                                   "quanta at the nominal speed (default 65535)")
+    pm.add_argument("--pfc-watchdog-us", type=float, help="PFC watchdog (hosts): a priority "
+                    "paused this long without a break (real-fabric us) is dropped instead")
+    pm.add_argument("--pfc-restore-us", type=float, help="PFC watchdog: for this long (real-fabric us)")
     pm.set_defaults(func=run_port_model)
     sh = which.add_parser("show", help="modes, seeds, groups and port speeds")
     sh.add_argument("lab", nargs="?")
@@ -114,14 +131,13 @@ def run_show(args) -> int:
         return 0
 
     pm = data["port_model"]
+    clock = data.get("clock") or {}
     console = output_console()
     if data.get("dataplane") == "kernel":
         console.print(f"lab {lab}: kernel forwarding (--dataplane kernel): multipath routes hashed "
                       "per flow (ECMP only), no port model")
     else:
-        console.print(f"lab {lab}: port model speed x {pm['scale']:g}, buffer {pm['buffer_bytes']} B, "
-                      f"ECN above {pm['ecn_bytes']} B, utilisation window {pm['window_us']:g} us, "
-                      f"{queue_text(pm)}")
+        console.print(port_model_text(lab, pm, clock))
     table = Table(title=f"lab {lab}: load balancing")
     for col in ("switch", "role", "seed", "group", "prefixes", "mode", "members (emulated/nominal speed)", "params"):
         table.add_column(col)
@@ -131,9 +147,9 @@ def run_show(args) -> int:
                                 f"{fmt_speed(sw['ports'][m]['nominal_speed_bps'])})" for m in g["members"])
             params = []
             if g["mode"] == "flowlet":
-                params.append(f"timeout {g['flowlet_timeout_us']:g}us")
+                params.append(f"timeout {real_wall(g, 'flowlet_timeout_us')}")
                 if g["busy_util"]:
-                    params.append(f"busy>{g['busy_util']:g}: {g['busy_timeout_us']:g}us")
+                    params.append(f"busy>{g['busy_util']:g}: {real_wall(g, 'busy_timeout_us')}")
             if g["weights"]:
                 params.append("weights " + ":".join(f"{w:g}" for w in g["weights"]))
             table.add_row(name, sw["role"], str(sw["hash_seed"]), gid, " ".join(g["prefixes"][:3])
@@ -144,13 +160,68 @@ def run_show(args) -> int:
 
 def run_port_model(args) -> int:
 
+    red = parse_ecn(args.ecn) if args.ecn is not None else {}
+    if red and args.ecn_bytes is not None:
+        raise UsageError("--ecn and --ecn-bytes both set the ECN threshold: give one")
     lab = single_lab(args.lab)
+    ecn_bytes = red.pop("ecn_bytes", args.ecn_bytes)
     pm = Fabric(lab).set_port_model(scale=args.scale, buffer_bytes=args.buffer_bytes,
-                                    ecn_bytes=args.ecn_bytes, window_us=args.window_us,
-                                    queue=args.queue)
-    print(f"lab {lab}: port model speed x {pm['scale']:g}, buffer {pm['buffer_bytes']} B, "
-          f"ECN above {pm['ecn_bytes']} B, window {pm['window_us']:g} us, {queue_text(pm)}")
+                                    ecn_bytes=ecn_bytes, window_us=args.window_us,
+                                    queue=args.queue, pfc=args.pfc, xoff_bytes=args.xoff_bytes,
+                                    xon_bytes=args.xon_bytes, headroom_bytes=args.headroom_bytes,
+                                    pfc_dscp=args.pfc_dscp, pfc_priority=args.pfc_priority,
+                                    pfc_quanta=args.pfc_quanta, pfc_watchdog_us=args.pfc_watchdog_us,
+                                    pfc_restore_us=args.pfc_restore_us, **red)
+    clock = Fabric(lab).show().get("clock") or {}
+    print(port_model_text(lab, pm, clock))
     return 0
+
+
+def parse_ecn(text: str) -> dict:
+    """'KMIN' or 'KMIN,KMAX,PMAX' -> set_port_model's ecn_bytes, ecn_max_bytes, ecn_pmax."""
+    parts = [p.strip() for p in str(text).split(",")]
+    try:
+        if len(parts) == 1:
+            return {"ecn_bytes": int(parts[0]), "ecn_max_bytes": -1, "ecn_pmax": 1.0}
+        if len(parts) == 3:
+            kmin, kmax, pmax = int(parts[0]), int(parts[1]), float(parts[2])
+            return {"ecn_bytes": kmin, "ecn_max_bytes": kmax, "ecn_pmax": pmax}
+    except ValueError:
+        pass
+    raise UsageError(f"--ecn {text!r}: give KMIN or KMIN,KMAX,PMAX (bytes, bytes, a probability), "
+                     "e.g. 5000,200000,0.01")
+
+
+def ecn_text(pm: dict) -> str:
+    if pm["ecn_bytes"] < 0:
+        return "no ECN"
+    if pm.get("ecn_max_bytes", -1) > pm["ecn_bytes"]:
+        return (f"ECN RED from {pm['ecn_bytes']} B to {pm['ecn_max_bytes']} B "
+                f"(Pmax {pm['ecn_pmax']:g}, all above)")
+    return f"ECN above {pm['ecn_bytes']} B"
+
+
+def port_model_text(lab: str, pm: dict, clock: dict) -> str:
+    """One line: the port model with its times as real-fabric and wall-clock values."""
+    window = f"{pm['window_us']:g} us real"
+    if "window_wall_us" in clock:
+        window += f" = {clock['window_wall_us']:g} us wall"
+    return (f"lab {lab}: port model speed x {pm['scale']:g} (1 real-fabric us = "
+            f"{clock.get('stretch', 1):g} us of wall-clock time), buffer {pm['buffer_bytes']} B, "
+            f"{ecn_text(pm)}, utilisation window {window}, {queue_text(pm)}, {pfc_text(pm)}")
+
+
+def pfc_text(pm: dict) -> str:
+    if pm.get("pfc") != "on":
+        return "PFC off"
+    return (f"PFC on (DSCP {pm['pfc_dscp']} -> priority {pm['pfc_priority']}: XOFF {pm['xoff_bytes']} B, "
+            f"XON {pm['xon_bytes']} B, headroom {pm['headroom_bytes']} B, {pm['pfc_quanta']} quanta)")
+
+
+def real_wall(group: dict, key: str) -> str:
+    """'200us real = 8000us wall' for a group's time (real-fabric and as the lab waits it)."""
+    wall = group.get(key.replace("_us", "_wall_us"))
+    return f"{group[key]:g}us real" + (f" = {wall:g}us wall" if wall is not None else "")
 
 
 def queue_text(pm: dict) -> str:

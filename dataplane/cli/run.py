@@ -41,7 +41,7 @@ def run(args) -> int:
     if args.json:
         summary = {
             "experiment": results["experiment"], "folder": str(folder),
-            "port_model": results["port_model"],
+            "port_model": results["port_model"], "clock": results.get("clock"),
             "modes": {label: m["metrics"] for label, m in results["modes"].items()},
             "sweeps": {label: {**s["summary"], "idle_uplinks": s["idle_uplinks"]}
                        for label, s in results["sweeps"].items()},

@@ -63,6 +63,9 @@ class PortRow:
     ecn_per_s: float = 0.0
     speed_bps: float | None = None    # emulated
     nominal_bps: float | None = None
+    paused: float | None = None       # PFC: share of the interval this port kept its neighbour
+                                      # paused (None: PFC off)
+    pauses_received: int = 0          # PFC frames its neighbour sent it, since the last poll
 
     @property
     def busy(self) -> float:
@@ -115,6 +118,10 @@ def compute_rows(prev: CounterSnapshot | None, cur: CounterSnapshot, dt: float,
                 drops_delta = {r: _grown(n, p.drops.get(r, 0)) for r, n in c.drops.items()}
                 drops_delta = {r: n for r, n in drops_delta.items() if n}
             ecn = _grown(c.ecn_marked, p.ecn_marked)
+        paused = None
+        if c.pfc:
+            before = p.pfc.get("paused_ns", 0) if p is not None else c.pfc.get("paused_ns", 0)
+            paused = min(1.0, _grown(c.pfc.get("paused_ns", 0), before) / 1e9 / dt)
         rows.append(PortRow(
             switch=switch, port=port, peer=info.get("peer", ""),
             direction=info.get("direction", ""), tx_bps=tx, rx_bps=rx,
@@ -127,6 +134,9 @@ def compute_rows(prev: CounterSnapshot | None, cur: CounterSnapshot, dt: float,
             drops_delta=drops_delta, ecn_per_s=ecn / dt,
             speed_bps=c.speed_bps or None,
             nominal_bps=c.nominal_speed_bps or info.get("nominal_bps"),
+            paused=paused,
+            pauses_received=_grown(c.pfc.get("pause_frames_received", 0),
+                                   p.pfc.get("pause_frames_received", 0)) if c.pfc and p is not None else 0,
         ))
     rows.sort(key=lambda r: (-r.busy, -r.tx_bps, -r.drops_per_s, r.switch, r.port))
     return rows
@@ -148,7 +158,7 @@ def _bar(frac: float | None, width: int = 6) -> str:
 
 
 def build_table(rows: list[PortRow], *, lab: str = "", interval: float | None = None,
-                limit: int | None = None, stamp: str | None = None):
+                limit: int | None = None, stamp: str | None = None, clock: dict | None = None):
 
     shown = rows if not limit or limit <= 0 else rows[:limit]
     up = [r for r in rows if r.direction == "up"]
@@ -169,6 +179,8 @@ def build_table(rows: list[PortRow], *, lab: str = "", interval: float | None = 
     columns += [("model", "right")] if has_model else []
     columns += [("queue B", "right")] if has_queue else []
     columns += [("drops/s", "left"), ("ECN/s", "right")]
+    has_pfc = any(r.paused is not None for r in rows)
+    columns += [("paused", "right")] if has_pfc else []
     columns += [] if one_speed else [("speed emu/nom", "right")]
     # the columns that must stay readable in a narrow terminal; the others get cropped
     keep = {"switch": max([len(r.switch) for r in shown] + [6]), "port": max([len(r.port) for r in shown] + [4]),
@@ -185,6 +197,8 @@ def build_table(rows: list[PortRow], *, lab: str = "", interval: float | None = 
             cells.append("-" if r.queue_bytes is None else f"{r.queue_bytes:,}")
         cells += [f"[bold red]{r.drops_per_s:,.0f}[/] {reasons}" if r.drops_per_s else "0",
                   f"{r.ecn_per_s:,.0f}"]
+        if has_pfc:
+            cells.append("-" if r.paused is None else f"{r.paused:.0%}" + (" ←" if r.pauses_received else ""))
         if not one_speed:
             cells.append(f"{_bps(r.speed_bps)}/{_bps(r.nominal_bps)}")
         table.add_row(*cells)
@@ -196,6 +210,12 @@ def build_table(rows: list[PortRow], *, lab: str = "", interval: float | None = 
         caption += f" ({_bps(emulated)}b/s emulated, {_bps(nominal)}b/s nominal)" if emulated else \
             " (no port model)"
     caption += "; model = port model's own utilisation."
+    if has_pfc:
+        caption += (" paused = share of the interval the port kept its neighbour paused (PFC, "
+                    "lossless priority); ← = the neighbour paused it.")
+    if clock and clock.get("scale"):
+        caption += (f" Clock: scale {clock['scale']:g}, 1 real-fabric us = {clock['stretch']:g} us wall; "
+                    f"utilisation window {clock.get('window_wall_us', 0):g} us wall.")
     if len(shown) < len(rows):
         caption += f" {len(rows) - len(shown)} quieter ports not shown (--limit)."
     table.caption = caption
@@ -223,7 +243,8 @@ def run(args) -> int:
         time.sleep(args.interval)
         cur, t_cur = poll(lab, args.switch)
         rows = compute_rows(prev, cur, t_cur - t_prev, spec)
-        console.print(build_table(rows, lab=lab, interval=args.interval, limit=args.limit))
+        console.print(build_table(rows, lab=lab, interval=args.interval, limit=args.limit,
+                                  clock=cur.clock))
         return 0
     def limit() -> int:
         return args.limit if args.limit is not None else max(5, console.size.height - 9)
@@ -237,7 +258,7 @@ def run(args) -> int:
                 cur, t_cur = poll(lab, args.switch)
                 rows = compute_rows(prev, cur, t_cur - t_prev, spec)
                 live.update(build_table(rows, lab=lab, interval=args.interval, limit=limit(),
-                                        stamp=time.strftime("%H:%M:%S")))
+                                        stamp=time.strftime("%H:%M:%S"), clock=cur.clock))
                 prev, t_prev = cur, t_cur
     except KeyboardInterrupt:
         return 0

@@ -114,6 +114,16 @@ def _link_bytes(spec: LabSpec, before: CounterSnapshot, after: CounterSnapshot) 
     return links
 
 
+def _pfc_ports(before: CounterSnapshot, after: CounterSnapshot) -> dict:
+    """'switch:port' -> its PFC counters over the run (ports that paused or were paused)."""
+    out = {}
+    for switch, port, c in after.minus(before).ports():
+        if c.pfc and (c.pfc.get("pause_frames_sent") or c.pfc.get("pause_frames_received")
+                      or c.pfc.get("headroom_drops")):
+            out[f"{switch}:{port}"] = dict(c.pfc)
+    return out
+
+
 def _switch_totals(before: CounterSnapshot, after: CounterSnapshot) -> dict:
     drops: dict[str, int] = {}
     ecn = 0
@@ -307,6 +317,15 @@ def pxn_relay(spec: LabSpec, flows: list[wl.Flow]) -> list[wl.Flow]:
     return out
 
 
+def host_pause_plan(port_model: dict) -> dict | None:
+    """What the hosts' senders need to honour PFC: DSCP -> priority and the lab's scale."""
+    if port_model.get("pfc") != "on":
+        return None
+    return {"priorities": {str(port_model["pfc_dscp"]): port_model["pfc_priority"]},
+            "scale": port_model["scale"], "watchdog_s": port_model.get("pfc_watchdog_us", 0) / 1e6,
+            "restore_s": port_model.get("pfc_restore_us", 0) / 1e6}
+
+
 def run_once(spec: LabSpec, experiment: Experiment, flows: list[wl.Flow], label: str,
              seed: int | None, mode: str | None = None) -> dict:
     fabric = Fabric(spec.name)
@@ -324,6 +343,7 @@ def run_once(spec: LabSpec, experiment: Experiment, flows: list[wl.Flow], label:
     paths = trace_flows(spec, flows, ports)
 
     procs: dict[str, _HostProcs] = {h: _HostProcs(h, by_name[h].netns) for h in set(senders) | set(receivers)}
+    pause_plan = host_pause_plan(fabric.show().get("port_model") or {})
     before = fabric.snapshot()
     try:
         for host in receivers:
@@ -337,7 +357,10 @@ def run_once(spec: LabSpec, experiment: Experiment, flows: list[wl.Flow], label:
         for host, items in senders.items():
             gateway = {i.name: i.peer_mac for i in by_name[host].interfaces}
             proc = _spawn(["send", "--netns", procs[host].netns, "--duration", str(experiment.duration_s)])
-            proc.stdin.write(json.dumps({"flows": items, "gateway_mac": gateway}) + "\n")
+            plan = {"flows": items, "gateway_mac": gateway}
+            if pause_plan:      # PFC: the host's NICs hold a priority their switch paused
+                plan["pfc"] = {**pause_plan, "nominal_bps": {i.name: i.speed_bps for i in by_name[host].interfaces}}
+            proc.stdin.write(json.dumps(plan) + "\n")
             proc.stdin.flush()
             procs[host].sender = proc
         for host in senders:
@@ -396,7 +419,7 @@ def run_once(spec: LabSpec, experiment: Experiment, flows: list[wl.Flow], label:
                                                   "lost": sent.get(str(flow.flow_id), 0),
                                                   "out_of_order": 0, "completions_us": []})
         flow_records.append({
-            **stats, "flow_id": flow.flow_id, "cls": flow.cls,
+            **stats, "flow_id": flow.flow_id, "cls": flow.cls, "dscp": flow.dscp,
             "src": f"{flow.src_host}:{flow.src_ifname}", "dst": f"{flow.dst_host}:{flow.dst_ifname}",
             "offered_bps": flow.rate_bps, "sent_packets": sent.get(str(flow.flow_id), 0),
             "path": [f"{h['switch']}:{h['in']}>{h['out']}" for h in paths[flow.flow_id]["hops"]],
@@ -413,6 +436,7 @@ def run_once(spec: LabSpec, experiment: Experiment, flows: list[wl.Flow], label:
         "links": _link_bytes(spec, before, after),
         "flows": flow_records,
         "switches": _switch_totals(before, after),
+        "pfc_ports": _pfc_ports(before, after),
         # frames the receivers' sockets overflowed on: in `lost`, but not the fabric's doing
         "receiver_drops": receiver_drops,
         "timeline": clock.timeline,

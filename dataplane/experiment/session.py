@@ -64,19 +64,26 @@ def run(exp: Experiment, progress=None, lab_name: str | None = None,
         fabric.set_port_model(**experiment_port_model(exp.port_model, found["port_model"]))
         flows = wl.generate(exp.workload, runner.workload_hosts(spec))
         advance(f"{len(flows)} flows")
+        shown = fabric.show()
         results: dict = {
             "experiment": exp.name, "lab": spec.name, "lab_file": str(exp.lab_file),
             "started": time.strftime("%Y-%m-%dT%H:%M:%S"), "duration_s": exp.duration_s,
-            "flows": len(flows), "port_model": fabric.show().get("port_model"),
+            "flows": len(flows), "port_model": shown.get("port_model"), "clock": shown.get("clock"),
             "modes": {}, "sweeps": {},
         }
+        per_mode_ports = any(m.port_model for m in exp.modes)
         for mode in exp.modes:
+            if per_mode_ports:      # e.g. PFC on vs off: each mode's model, PFC off unless asked
+                fabric.set_port_model(**experiment_port_model(
+                    {"pfc": "off", **exp.port_model, **mode.port_model}, found["port_model"]))
             runner.apply_mode(fabric, mode)
             advance(f"running {mode.label}")
             try:
                 one = runner.run_once(spec, exp, flows, mode.label, None, mode.mode)
             finally:
                 runner.end_mode(fabric, mode)
+            one["clock"] = results["clock"]
+            one["port_model"] = fabric.show()["port_model"] if per_mode_ports else results["port_model"]
             results["modes"][mode.label] = {"mode": mode.mode, "options": mode.options, "runs": [one],
                                             "metrics": metrics.run_metrics(one)}
         if exp.sweep:
@@ -87,7 +94,8 @@ def run(exp: Experiment, progress=None, lab_name: str | None = None,
             for seed in range(sweep["first_seed"], sweep["first_seed"] + sweep["seeds"]):
                 runner.apply_mode(fabric, mode, seed)
                 advance(f"{mode.label}: seed {seed}")
-                runs.append(runner.run_once(spec, exp, flows, mode.label, seed, mode.mode))
+                runs.append({**runner.run_once(spec, exp, flows, mode.label, seed, mode.mode),
+                             "clock": results["clock"]})
             results["sweeps"][mode.label] = {"mode": mode.mode, "runs": runs,
                                              "summary": metrics.mode_summary(runs),
                                              "idle_uplinks": metrics.idle_summary(runs)}

@@ -39,6 +39,29 @@ class ExperimentError(RailabError):
     pass
 
 
+_PORT_MODEL = {
+    "type": "object",
+    "properties": {
+        "scale": {"type": "number", "minimum": 0, "maximum": 1},
+        "buffer_bytes": {"type": "integer", "minimum": 1},
+        "ecn_bytes": {"type": "integer", "minimum": -1},
+        "ecn_max_bytes": {"type": "integer", "minimum": -1},
+        "ecn_pmax": {"type": "number", "exclusiveMinimum": 0, "maximum": 1},
+        "pfc": {"enum": ["on", "off"]},
+        "xoff_bytes": {"type": "integer", "minimum": 0},
+        "xon_bytes": {"type": "integer", "minimum": 0},
+        "headroom_bytes": {"type": "integer", "minimum": 0},
+        "pfc_dscp": {"type": "integer", "minimum": 0, "maximum": 63},
+        "pfc_priority": {"type": "integer", "minimum": 0, "maximum": 7},
+        "pfc_quanta": {"type": "integer", "minimum": 1, "maximum": 65535},
+        "pfc_watchdog_us": {"type": "number", "minimum": 0},
+        "pfc_restore_us": {"type": "number", "minimum": 0},
+        "window_us": {"type": "number", "exclusiveMinimum": 0},
+        "queue": {"enum": ["virtual", "real"]},
+    },
+    "additionalProperties": False,
+}
+
 _MODE_OBJECT = {
     "type": "object",
     "required": ["mode"],
@@ -56,6 +79,7 @@ _MODE_OBJECT = {
         "bandwidth": {"type": "boolean"},
         "interval_us": {"type": "number", "exclusiveMinimum": 0},
         "base": {"enum": list(abi.LB_MODES)},
+        "port_model": _PORT_MODEL,     # this mode's changes over the experiment's port model
     },
     "additionalProperties": False,
 }
@@ -70,17 +94,7 @@ SCHEMA = {
         "modes": {"type": "array", "minItems": 1,
                   "items": {"anyOf": [{"enum": list(MODES)}, _MODE_OBJECT]}},
         "workload": {"type": ["string", "object"]},
-        "port_model": {
-            "type": "object",
-            "properties": {
-                "scale": {"type": "number", "minimum": 0, "maximum": 1},
-                "buffer_bytes": {"type": "integer", "minimum": 1},
-                "ecn_bytes": {"type": "integer", "minimum": -1},
-                "window_us": {"type": "number", "exclusiveMinimum": 0},
-                "queue": {"enum": ["virtual", "real"]},
-            },
-            "additionalProperties": False,
-        },
+        "port_model": _PORT_MODEL,
         "sweep": {
             "type": "object",
             "required": ["seeds"],
@@ -122,6 +136,7 @@ class ModeSpec:
     mode: str
     label: str
     options: dict = field(default_factory=dict)
+    port_model: dict = field(default_factory=dict)   # over the experiment's, for this mode only
 
 
 @dataclass
@@ -181,10 +196,11 @@ def load(path: str | Path) -> Experiment:
         entry = {"mode": item} if isinstance(item, str) else dict(item)
         mode = entry.pop("mode")
         label = entry.pop("label", mode)
+        mode_port_model = entry.pop("port_model", {})
         if label in seen:
             raise ExperimentError(f"{source}: modes: {label} appears twice (give each a distinct label)")
         seen.add(label)
-        modes.append(ModeSpec(mode, label, entry))
+        modes.append(ModeSpec(mode, label, entry, mode_port_model))
     _check_mode_targets(source, lab_file, modes)
     sweep = doc.get("sweep")
     if sweep is not None:

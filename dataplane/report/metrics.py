@@ -73,7 +73,8 @@ METRIC_KEYS = (
     "expected_idle_uplinks", "uplinks",
     "loss_packets", "loss_pct", "reorder_pct", "out_of_order", "duplicates", "fct_p50_us",
     "fct_p99_us", "mice_fct_p99_us", "latency_mean_us", "latency_max_us", "receiver_drops", "drops", "ecn_marked", "ce_packets", "messages_completed",
-    "messages_incomplete",
+    "messages_incomplete", "lossless_loss_pct", "lossy_loss_pct", "lossless_lost", "lossy_lost",
+    "pause_frames", "pause_fraction", "headroom_drops",
 )
 
 
@@ -329,6 +330,30 @@ def nav_balance(run: dict) -> float | None:
     return max(worst) if worst else None
 
 
+def pfc_metrics(run: dict, d: float) -> dict:
+    """PFC: loss of the lossless priority (flows with the lossless DSCP) and of the others,
+    pause frames the switches sent, the largest pause fraction of any port (time it kept
+    its neighbour paused / the run's duration) and the ports that paused."""
+    pm = run.get("port_model") or {}
+    dscp = pm.get("pfc_dscp", 26)
+    flows = run.get("flows", [])
+    lossless = [f for f in flows if f.get("dscp", dscp) == dscp]
+    lossy = [f for f in flows if f.get("dscp", dscp) != dscp]
+
+    def loss(fs):
+        sent = _sum(fs, "sent_packets") or (_sum(fs, "packets") + _sum(fs, "lost"))
+        return _sum(fs, "lost") / sent * 100 if sent else 0.0
+
+    ports = run.get("pfc_ports") or {}
+    fractions = {p: c.get("paused_ns", 0) / 1e9 / d for p, c in ports.items() if d}
+    return {"lossless_loss_pct": loss(lossless), "lossy_loss_pct": loss(lossy) if lossy else None,
+            "lossless_lost": _sum(lossless, "lost"), "lossy_lost": _sum(lossy, "lost"),
+            "pause_frames": sum(int(c.get("pause_frames_sent", 0)) for c in ports.values()),
+            "pause_fraction": max(fractions.values()) if fractions else 0.0,
+            "paused_ports": sorted(p for p, f in fractions.items() if f > 0),
+            "headroom_drops": sum(int(c.get("headroom_drops", 0)) for c in ports.values())}
+
+
 def run_metrics(run: dict) -> dict:
     """All scalar metrics of one run (definitions in the module docstring)."""
     d = duration(run)
@@ -382,6 +407,7 @@ def run_metrics(run: dict) -> dict:
         "receiver_drops": int(run.get("receiver_drops") or 0),
         "drops": int(switches.get("drops") or 0),
         "ecn_marked": int(switches.get("ecn_marked") or 0),
+        **pfc_metrics(run, d),
         "ce_packets": _sum(flows, "ce"),
         "messages_completed": _sum(flows, "messages_completed"),
         "messages_incomplete": _sum(flows, "messages_incomplete"),

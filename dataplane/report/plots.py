@@ -346,9 +346,7 @@ def plot_fabric(run: dict, path, *, vmax_bps: float | None = None, title: str | 
     fig = Figure(figsize=(fig_w, 1.7 * len(tiers) + 1.3), layout="constrained")
     ax = fig.subplots()
     # parallel links between the same pair of nodes fan out side by side
-    pairs: dict[frozenset, list[int]] = {}
-    for i, l in enumerate(links):
-        pairs.setdefault(frozenset((l["a"].split(":", 1)[0], l["b"].split(":", 1)[0])), []).append(i)
+    pairs = _link_pairs(links)
     min_gap = _min_gap(pos)
     segs, cols, widths, order = [], [], [], []
     for members in pairs.values():
@@ -368,6 +366,7 @@ def plot_fabric(run: dict, path, *, vmax_bps: float | None = None, title: str | 
     ax.add_collection(LineCollection([segs[i] for i in idx], colors=[cols[i] for i in idx],
                                      linewidths=[widths[i] for i in idx], zorder=1,
                                      capstyle="round"))
+    _pause_marks(ax, run, links, segs, d)
     # nodes and labels
     per_row: dict[float, int] = {}
     for name, (x, y) in pos.items():
@@ -426,6 +425,40 @@ def plot_fabric(run: dict, path, *, vmax_bps: float | None = None, title: str | 
     ax.set_title(title or f"{m.run_label(run)}{seed}: link load{stats}", fontsize=12, fontweight="bold",
                  loc="center")
     return _save(fig, path)
+
+
+def _pause_marks(ax, run: dict, links: list[dict], segs: list, d: float) -> None:
+    """PFC: a red bar on each link a switch port paused, near that port's end, sized by
+    the share of the run it kept its neighbour paused (the percentage beside it)."""
+    ports = run.get("pfc_ports") or {}
+    if not ports or not d:
+        return
+    for seg, l in _segments_by_link(links, segs):
+        for end, (x0, y0), (x1, y1) in ((l["a"], seg[0], seg[1]), (l["b"], seg[1], seg[0])):
+            c = ports.get(end)
+            frac = (c or {}).get("paused_ns", 0) / 1e9 / d
+            if frac <= 0:
+                continue
+            x, y = x0 + 0.3 * (x1 - x0), y0 + 0.3 * (y1 - y0)
+            ax.scatter([x], [y], s=40 + 260 * min(frac, 1.0), marker="s", color="#d62728",
+                       edgecolor="white", linewidth=0.8, zorder=5)
+            ax.text(x + 0.08, y, f"{frac:.0%}", fontsize=7, color="#d62728", va="center", zorder=6)
+    ax.text(0.0, 1.0, "red squares: PFC pause, share of the run the port kept its neighbour paused",
+            transform=ax.transAxes, fontsize=8, color="#d62728", va="top")
+
+
+def _segments_by_link(links: list[dict], segs: list) -> list:
+    """(segment, link) pairs: segs were appended per node pair in first-seen order."""
+    order = [i for members in _link_pairs(links).values() for i in members]
+    return [(segs[k], links[i]) for k, i in enumerate(order)]
+
+
+def _link_pairs(links: list[dict]) -> dict[frozenset, list[int]]:
+    """Indexes of the links between each pair of nodes, pairs in first-seen order."""
+    pairs: dict[frozenset, list[int]] = {}
+    for i, l in enumerate(links):
+        pairs.setdefault(frozenset((l["a"].split(":", 1)[0], l["b"].split(":", 1)[0])), []).append(i)
+    return pairs
 
 
 def _min_gap(pos: dict[str, tuple[float, float]]) -> float:

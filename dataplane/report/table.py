@@ -105,6 +105,10 @@ def _scaled_note(groups: dict[str, list[dict]]) -> str | None:
                     note = f"ports emulated at {fmt_bps(up['scaled_bps'])}"
                     if up["speed_bps"]:
                         note += f" (nominal {fmt_bps(up['speed_bps'])})"
+                    clock = run.get("clock") or {}
+                    if clock.get("stretch"):
+                        note += (f"; 1 real-fabric us = {clock['stretch']:g} us wall "
+                                 f"(utilisation window {clock.get('window_wall_us', 0):g} us wall)")
                     return note
     return None
 

@@ -17,6 +17,7 @@ import sys
 import threading
 from dataclasses import asdict
 
+from dataplane import pfc
 from dataplane.netns_util import in_netns
 from dataplane.traffic import receiver as rx
 from dataplane.traffic import sender as tx
@@ -66,13 +67,31 @@ def run_send(args) -> int:
     if sys.stdin.readline().strip() != "go":
         return 1
 
+    listeners = {}
+    if plan.get("pfc"):                # PFC: each NIC listens for its switch's pause frames
+        cfg = plan["pfc"]
+        for port in by_port:
+            listeners[port] = pfc.PauseListener(port, args.netns, cfg["nominal_bps"][port], cfg["scale"],
+                                                cfg.get("watchdog_s", 0.0), cfg.get("restore_s", 0.0))
+        priorities = {int(d): p for d, p in cfg["priorities"].items()}
+
     def send(port: str, flows: list[Flow]) -> None:
         sock = sockets[port]
+        listener = listeners.get(port)
+        pause = (lambda dscp, now: listener.paused_until(pfc.dscp_priority(dscp, priorities), now)) \
+            if listener else None
         try:
-            rep = tx.send_flows(sock, prepared[port], duration_s=args.duration)
+            # under PFC a flow must not make up for a pause with a burst above its rate: a
+            # NIC cannot send faster than its link, and the burst would overrun the headroom
+            pacing = {"burst": 1, "burst_ns": 0} if listener else {}
+            rep = tx.send_flows(sock, prepared[port], duration_s=args.duration, pause=pause, **pacing)
             reports[port] = rep.to_dict()
+            if listener:
+                reports[port]["pfc"] = listener.report()
         finally:
             sock.close()
+            if listener:
+                listener.close()
 
     for port, flows in by_port.items():
         t = threading.Thread(target=send, args=(port, flows))

@@ -44,6 +44,7 @@ from dataplane.traffic.roce import FrameTemplate, Opcode
 ETH_P_ALL = 0x0003
 SOL_PACKET = 263
 PACKET_QDISC_BYPASS = 20
+PAUSE_RECHECK_NS = 200_000       # a paused flow looks for an XON this often (wall clock)
 
 _libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
 
@@ -84,6 +85,7 @@ class SendReport:
     errors: int = 0
     per_flow_packets: dict[int, int] = field(default_factory=dict)
     runq_wait_s: float = 0.0      # time the sending thread waited for a CPU (schedstat)
+    paused_waits: int = 0         # times a flow found its priority paused (PFC) and waited
 
     @property
     def pps(self) -> float:
@@ -97,7 +99,7 @@ class SendReport:
         return {"packets": self.packets, "bytes": self.bytes, "elapsed_s": self.elapsed_s,
                 "pps": self.pps, "bps": self.bps, "target_pps": self.target_pps,
                 "target_bps": self.target_bps, "errors": self.errors,
-                "runq_wait_s": self.runq_wait_s,
+                "runq_wait_s": self.runq_wait_s, "paused_waits": self.paused_waits,
                 "per_flow_packets": self.per_flow_packets}
 
 
@@ -392,11 +394,16 @@ def send_flows(sock: socket.socket, flows: Sequence | PreparedFlows, *,
                dst_mac: str | Callable[[object], str] = "ff:ff:ff:ff:ff:ff",
                src_mac: str | None = None, duration_s: float | None = None,
                burst: int = 8, burst_ns: int = 20_000_000, spin_ns: int = 30_000,
-               stop: Callable[[], bool] | None = None) -> SendReport:
+               stop: Callable[[], bool] | None = None,
+               pause: Callable[[int, int], int] | None = None) -> SendReport:
     """Send workload `flows` (all leaving the interface `sock` is bound to), each paced
     at its own rate_bps and starting its messages no earlier than their start times
     (relative to the call). One GCRA bucket per flow, a heap picks the flow due next.
     Give PreparedFlows (prepare_flows) to build the frames before the clock starts.
+    pause(dscp, now_ns): PFC -- 0 if a flow of that DSCP may send now, -1 if the PFC
+    watchdog drops its priority (the packet is counted in errors, not sent), else until
+    when its priority is paused (the flow waits, at most PAUSE_RECHECK_NS before looking
+    again: an XON may end the pause early); other flows go on.
     Returns the report with per-flow packet counts (give them to Receiver.finish)."""
     if not isinstance(flows, PreparedFlows):
         flows = prepare_flows(flows, src_mac or socket_mac(sock), dst_mac)
@@ -424,6 +431,14 @@ def send_flows(sock: socket.socket, flows: Sequence | PreparedFlows, *,
             break
         st = state[i]
         f, fr, it, pk, t_next, _, mstart = st
+        dropped = False
+        if pause is not None:
+            until = pause(f.dscp, now)
+            if until > 0:
+                rep.paused_waits += 1
+                heapq.heapreplace(heap, (min(until, now + PAUSE_RECHECK_NS), i))
+                continue
+            dropped = until < 0          # PFC watchdog: the stuck priority is dropped
         m_off, tpl, msg_id, idx, npk, mbytes, seq = pk
         if idx == 0:
             mstart[msg_id] = now
@@ -434,7 +449,9 @@ def send_flows(sock: socket.socket, flows: Sequence | PreparedFlows, *,
                        idx, npk, mbytes, now, ts0)
         if idx == npk - 1:
             mstart.pop(msg_id, None)
-        if _send_retry(send, buf):
+        if dropped:
+            rep.errors += 1
+        elif _send_retry(send, buf):
             rep.packets += 1
             rep.bytes += tpl.length
             rep.per_flow_packets[f.flow_id] += 1

@@ -286,6 +286,39 @@ def test_ecn_mark_sets_ce_with_valid_checksum(dp, lab, mode):
         dp.tm_del(SW, src="10.9.0.2", dst="10.41.0.1", sport=1, dport=2, proto="udp")
 
 
+@pytest.mark.flaky(reruns=2)   # a stall between poke and run drains the poked backlog
+def test_red_marks_with_probability_rising_from_kmin_to_kmax(dp, lab, mode):
+    """RED (DCQCN's ECN): no mark at Kmin or below, Pmax x (backlog - Kmin) / (Kmax - Kmin)
+    on the ramp, every ECT frame above Kmax. The backlog is poked before every frame."""
+    speed = 8_000_000                   # one byte = 1 us: Kmin 10 ms, Kmax 110 ms of backlog
+    dp.set_port_model(EG[0], speed_bps=speed, buffer_bytes=10**6, ecn_bytes=10_000,
+                      ecn_max_bytes=110_000, ecn_pmax=0.5)
+    mode("ecmp", group=G2)
+    dp.tm_add(SW, src="10.9.0.2", dst="10.41.0.1", sport=1, dport=2, proto="udp",
+              egress_ifindex=EG[0], dmac=NH_MAC[EG[0]])
+    frame = udp("10.41.0.1", sport=1, dport=2, tos=0x02)
+
+    def marked(backlog_bytes: int, n: int) -> int:
+        before = dp.port_counters(EG[0])["ecn_marked"]
+        for _ in range(n):
+            poke_queue(dp, EG[0], backlog_ns=backlog_bytes * 1000)
+            assert run(dp, lab, frame).verdict == "redirect"
+        return dp.port_counters(EG[0])["ecn_marked"] - before
+
+    try:
+        assert marked(5_000, 100) == 0                  # below Kmin (poke to run: < 5 ms)
+        assert marked(200_000, 100) == 100              # above Kmax: every frame
+        half = marked(60_000, 600)                      # midway: 0.5 x 0.5 = 25 %
+        assert 100 <= half <= 200, half                 # 150 expected, std ~11
+        quarter = marked(35_000, 600)                   # a quarter up: 12.5 %
+        assert 30 <= quarter < half, quarter
+        # one threshold (Kmax not above Kmin) is the step it always was
+        dp.set_port_model(EG[0], speed_bps=speed, buffer_bytes=10**6, ecn_bytes=10_000)
+        assert marked(30_000, 50) == 50 and marked(5_000, 50) == 0
+    finally:
+        dp.tm_del(SW, src="10.9.0.2", dst="10.41.0.1", sport=1, dport=2, proto="udp")
+
+
 def test_no_model_means_no_queue(dp, lab, mode):
     before = dp.port_counters(EG[0])
     mode("ecmp")

@@ -177,7 +177,8 @@ def test_traffic_matrix_entry_overrides_mode(lab, fab):
 def test_flowlet_moves_only_after_a_gap(lab, fab):
     spec, _, ports = lab
     p, bg = ports["srv1"], ports["srv2"]
-    fab.set_mode("flowlet", switch=LEAF, flowlet_timeout_us=50_000)
+    # real-fabric time: 12.5 us at scale 1/4000 is a 50 ms gap of wall-clock time
+    fab.set_mode("flowlet", switch=LEAF, flowlet_timeout_us=12.5)
     f = p.frame(DST, 6000, 6001)
     before = member_packets(fab, LEAF, DST)
     for _ in range(5):

@@ -45,8 +45,19 @@ class FakeDataplane:
     def add_address(self, switch_id, ifindex, ip):
         pass
 
-    def set_port_model(self, ifindex, *, speed_bps, buffer_bytes, ecn_bytes, window_us, real_queue):
-        self.models[ifindex] = {"speed_bps": speed_bps, "buffer_bytes": buffer_bytes}
+    def set_port_model(self, ifindex, *, speed_bps, buffer_bytes, ecn_bytes, window_us, real_queue,
+                       ecn_max_bytes=None, ecn_pmax=1.0):
+        self.models[ifindex] = {"speed_bps": speed_bps, "buffer_bytes": buffer_bytes,
+                                "window_us": window_us}
+
+    def set_pfc(self, *, on, lossless_dscp=26, lossless_prio=3):
+        self.pfc = {"on": on, "dscp": lossless_dscp, "prio": lossless_prio}
+
+    def set_pfc_port(self, ifindex, *, limit_bytes, ns_per_quantum):
+        self.models.setdefault(ifindex, {})["pfc_limit"] = limit_bytes
+
+    def pfc_port_state(self, ifindex):
+        return {}
 
     def port_model(self, ifindex):
         return self.models.get(ifindex)

@@ -11,6 +11,7 @@ from types import SimpleNamespace
 import pytest
 from fakedp import programmed
 
+from dataplane import bpf_abi as abi
 from dataplane.agent import protocol as proto
 from dataplane.agent.monitor import T_WITHDRAW, FabricMonitor, Notice, R_UTIL
 from dataplane.agent.server import ControlServer
@@ -64,6 +65,31 @@ def test_report_links_carry_the_emulated_speed_the_agent_sends():
     assert links and all(link["scaled_bps"] == int(link["speed_bps"] * scale) for link in links)
     up = next(link for link in links if link["a"].startswith("leaf1:up"))
     assert up["bytes_ab"] == 125_000 and up["bytes_ba"] == 125_000
+
+
+# ------------------------------------------------------------------ one clock
+def test_times_are_real_fabric_time_applied_at_the_lab_scale():
+    """A flowlet gap, busy gap and utilisation window are given in real-fabric time; the
+    data plane gets them / scale, and a new scale rewrites them, the real values unchanged."""
+    p = programmed()
+    p.apply_port_model(scale=1 / 40, window_us=2.0)
+    p.lb_set(role="leaf", mode="flowlet", flowlet_timeout_us=200, busy_timeout_us=50)
+    gid = p.routing.group_ids("leaf1")[0]
+    assert p.dp.groups[gid].flowlet_timeout_us == pytest.approx(200 * 40)
+    assert p.dp.groups[gid].busy_timeout_us == pytest.approx(50 * 40)
+    assert next(iter(p.dp.models.values()))["window_us"] == pytest.approx(80)
+    p.apply_port_model(scale=1 / 4000)
+    assert p.dp.groups[gid].flowlet_timeout_us == pytest.approx(200 * 4000)
+    assert next(iter(p.dp.models.values()))["window_us"] == pytest.approx(8000)
+    shown = p.lb_show()
+    g = shown["switches"]["leaf1"]["groups"][str(gid)]
+    assert g["flowlet_timeout_us"] == 200 and g["flowlet_timeout_wall_us"] == pytest.approx(800_000)
+    assert shown["clock"]["stretch"] == pytest.approx(4000)
+    p.apply_port_model(scale=1e-6)       # 200 s of wall clock: capped at what u32 ns hold
+    assert p.dp.groups[gid].flowlet_timeout_us < 2**32 / 1000
+    with pytest.raises(ValueError, match="real-fabric"):
+        p.lb_set(role="leaf", mode="ecmp", flowlet_timeout_us=-1)
+    assert p.dp.groups[gid].mode == abi.LB_MODE_FLOWLET     # refused before anything changed
 
 
 # ------------------------------------------------------------------ restoring a lab

@@ -141,3 +141,21 @@ def test_real_queue_shows_the_shaper_backlog():
     cur["switches"]["s"]["ports"]["a"].update(queue_bytes=900, shaper={"backlog_bytes": 4_000, "drops": 0})
     (row,) = rows(prev, cur, 1.0)
     assert row.queue_bytes == 4_000
+
+
+def test_paused_column_shows_the_share_of_time_a_port_paused_its_neighbour():
+    pfc0 = {"paused_ns": 0, "pause_frames_sent": 0, "pause_frames_received": 0}
+    prev = snapshot({"leaf1": {"down1": port(speed_bps=2_000_000, pfc=pfc0),
+                               "up1": port(speed_bps=2_000_000, pfc=pfc0)}})
+    cur = copy.deepcopy(prev)
+    cur["switches"]["leaf1"]["ports"]["down1"]["pfc"] = {**pfc0, "paused_ns": 250_000_000,
+                                                         "pause_frames_sent": 3}
+    cur["switches"]["leaf1"]["ports"]["up1"]["pfc"] = {**pfc0, "pause_frames_received": 2}
+    by_port = {r.port: r for r in rows(prev, cur, 0.5)}
+    assert by_port["down1"].paused == pytest.approx(0.5) and by_port["up1"].paused == 0
+    assert by_port["up1"].pauses_received == 2
+    table = top.build_table(list(by_port.values()), lab="x")
+    assert "paused" in [c.header for c in table.columns]
+    plain = snapshot({"leaf1": {"down1": port(speed_bps=2_000_000)}})    # PFC off: no column
+    table = top.build_table(rows(plain, plain, 0.5), lab="x")
+    assert "paused" not in [c.header for c in table.columns]
