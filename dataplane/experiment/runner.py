@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass
 from ipaddress import IPv4Address, IPv4Interface, IPv4Network
 
-from dataplane import faults
+from dataplane import faults, timescale
 from dataplane.agent import client
 from dataplane.agent.protocol import CounterSnapshot
 from dataplane.experiment.spec import Experiment, ModeSpec
@@ -28,7 +28,9 @@ from dataplane.runtime.labspec import LabSpec
 from dataplane.topology.model import TIER
 from dataplane.traffic import workload as wl
 from dataplane.traffic.hostrun import flow_to_json  # noqa: F401 (re-exported)
+from dataplane.traffic.transport import DcqcnParams
 
+CLOSED_LOOP_LIMIT_S = 20.0  # a reliable sender gets this long after the run to finish its messages
 RECEIVER_GRACE_S = 0.4     # for the receivers to read what the last hop delivered
 DRAIN_POLL_S = 0.02
 DRAIN_LIMIT_S = 30.0       # a queue still full after this is stuck, not draining
@@ -291,15 +293,23 @@ def run_once(spec: LabSpec, experiment: Experiment, flows: list[wl.Flow], label:
         senders.setdefault(flow.src_host, []).append(
             {"port": ports[flow.flow_id % len(ports)], "flow": flow_to_json(flow)})
     receivers = sorted({f.dst_host for f in flows if f.dst_host})
-    ports = {item["flow"]["flow_id"]: item["port"] for items in senders.values() for item in items}
-    paths = trace_flows(spec, flows, ports)
+    flow_port = {item["flow"]["flow_id"]: item["port"] for items in senders.values() for item in items}
+    paths = trace_flows(spec, flows, flow_port)
 
     procs: dict[str, _HostProcs] = {h: _HostProcs(h, by_name[h].netns) for h in set(senders) | set(receivers)}
+    cfg = experiment.workload.transport
+    scale = experiment.port_model.get("scale")
+    recv_args: list[str] = []
+    if cfg.closed_loop:
+        cnp_us = (cfg.dcqcn or DcqcnParams()).cnp_interval_us
+        recv_args = ["--transport", json.dumps(cfg.to_dict()), "--scale", str(scale),
+                     "--cnp-interval-ns", str(timescale.wall_ns(cnp_us * 1000, scale))]
     before = fabric.snapshot()
     try:
         for host in receivers:
             ports = [i.name for i in by_name[host].interfaces]
-            procs[host].receiver = _spawn(["recv", "--netns", procs[host].netns, "--ports", ",".join(ports)])
+            procs[host].receiver = _spawn(["recv", "--netns", procs[host].netns, "--ports", ",".join(ports),
+                                           *recv_args])
         for host in receivers:
             line = procs[host].receiver.stdout.readline().strip()
             if line != "ready":
@@ -308,7 +318,12 @@ def run_once(spec: LabSpec, experiment: Experiment, flows: list[wl.Flow], label:
         for host, items in senders.items():
             gateway = {i.name: i.peer_mac for i in by_name[host].interfaces}
             proc = _spawn(["send", "--netns", procs[host].netns, "--duration", str(experiment.duration_s)])
-            proc.stdin.write(json.dumps({"flows": items, "gateway_mac": gateway}) + "\n")
+            plan = {"flows": items, "gateway_mac": gateway}
+            if cfg.closed_loop:
+                plan.update(transport=cfg.to_dict(), scale=scale, limit_s=CLOSED_LOOP_LIMIT_S,
+                            sample_s=experiment.sample_s,
+                            line_bps={i.name: i.speed_bps * scale for i in by_name[host].interfaces})
+            proc.stdin.write(json.dumps(plan) + "\n")
             proc.stdin.flush()
             procs[host].sender = proc
         for host in senders:
@@ -323,13 +338,16 @@ def run_once(spec: LabSpec, experiment: Experiment, flows: list[wl.Flow], label:
             procs[host].sender.stdin.close()
         clock.start()
         sent: dict[str, int] = {}
+        transport_tx: dict[str, dict] = {}
         for host in senders:
             proc = procs[host].sender
             out, err = proc.stdout.read(), proc.stderr.read()
-            proc.wait(timeout=experiment.duration_s + 60)
+            proc.wait(timeout=experiment.duration_s + CLOSED_LOOP_LIMIT_S + 60)
             if proc.returncode != 0:
                 raise RuntimeError(f"sender in {host} failed: {err.strip().splitlines()[-1] if err.strip() else '?'}")
-            sent.update(json.loads(out)["per_flow_packets"])
+            answer = json.loads(out)
+            sent.update(answer["per_flow_packets"])
+            transport_tx.update(answer.get("transport", {}))
         elapsed = time.monotonic() - started
         wait_for_drain(fabric)
         time.sleep(RECEIVER_GRACE_S)
@@ -371,6 +389,11 @@ def run_once(spec: LabSpec, experiment: Experiment, flows: list[wl.Flow], label:
             "offered_bps": flow.rate_bps, "sent_packets": sent.get(str(flow.flow_id), 0),
             "path": [f"{h['switch']}:{h['in']}>{h['out']}" for h in paths[flow.flow_id]["hops"]],
         })
+        if cfg.closed_loop:
+            src_port = flow_port[flow.flow_id]
+            line = next(i.speed_bps for i in by_name[flow.src_host].interfaces if i.name == src_port) * scale
+            flow_records[-1].update(transport=transport_tx.get(str(flow.flow_id), {}),
+                                    line_bps=line, mtu=flow.mtu, messages_sent=len(flow.messages))
         if experiment.events:
             per_packet = (mode or label) in PER_PACKET_MODES
             # Sprayed flows use every path; the traced one is only one packet's.
