@@ -182,6 +182,7 @@ class _RunClock(threading.Thread):
                 self.pending.append((event["at"] + event["for"], undo))
         self.pending.sort(key=lambda p: p[0])
         self.samples: list[tuple[float, int]] = []
+        self.queues: dict[str, list[int]] = {}     # host-facing port -> bytes waiting at each sample
         self.timeline: list[dict] = []
         self.fired: list[dict] = []
         self.error: str | None = None
@@ -200,6 +201,9 @@ class _RunClock(threading.Thread):
         ports = [snap.port(s, p) for s, p in self.host_ports]
         delivered = sum(max(c.tx_bytes - c.waiting_bytes, 0) for c in ports if c is not None)
         self.samples.append((max(t, 0.0), delivered))
+        for (switch, port), c in zip(self.host_ports, ports):
+            if c is not None:
+                self.queues.setdefault(f"{switch}:{port}", []).append(c.waiting_bytes)
 
     def mark_start(self) -> float:
         """The common start: the delivered bytes now count as t = 0. Returns its time."""
@@ -283,7 +287,7 @@ def pxn_relay(spec: LabSpec, flows: list[wl.Flow]) -> list[wl.Flow]:
 
 
 def run_once(spec: LabSpec, experiment: Experiment, flows: list[wl.Flow], label: str,
-             seed: int | None, mode: str | None = None) -> dict:
+             seed: int | None, mode: str | None = None, transport: str | None = None) -> dict:
     fabric = Fabric(spec.name)
     by_name = {n.name: n for n in spec.nodes}
     flows = pxn_relay(spec, flows)
@@ -298,6 +302,8 @@ def run_once(spec: LabSpec, experiment: Experiment, flows: list[wl.Flow], label:
 
     procs: dict[str, _HostProcs] = {h: _HostProcs(h, by_name[h].netns) for h in set(senders) | set(receivers)}
     cfg = experiment.workload.transport
+    if transport:
+        cfg = dataclasses.replace(cfg, kind=transport)
     scale = experiment.port_model.get("scale")
     recv_args: list[str] = []
     if cfg.closed_loop:
@@ -402,6 +408,7 @@ def run_once(spec: LabSpec, experiment: Experiment, flows: list[wl.Flow], label:
     return {
         # Loads are bytes over the sending time; wall time adds process start-up.
         "mode": label, "seed": seed, "duration_s": experiment.duration_s, "wall_s": elapsed,
+        "transport": cfg.kind, "dcqcn": cfg.dcqcn is not None,
         "nodes": [{"name": n.name, "role": n.role, "rail": n.rail, "plane": n.plane} for n in spec.nodes],
         "links": _link_bytes(spec, before, after),
         "flows": flow_records,
@@ -409,6 +416,9 @@ def run_once(spec: LabSpec, experiment: Experiment, flows: list[wl.Flow], label:
         # frames the receivers' sockets overflowed on: in `lost`, but not the fabric's doing
         "receiver_drops": receiver_drops,
         "timeline": clock.timeline,
+        # host-facing (last-hop) ports' queues at the samples: where incast and DCQCN show
+        "host_port_queues": {port: {"max": max(q), "mean": sum(q) / len(q), "samples": len(q)}
+                             for port, q in clock.queues.items() if q and max(q) > 0},
         "t0_ns": int(started * 1e9),         # CLOCK_MONOTONIC of t = 0 (send times are on it)
         "events": events,
         **({"event_error": clock.error} if clock.error else {}),

@@ -73,7 +73,7 @@ def run(exp: Experiment, progress=None, lab_name: str | None = None,
         for mode in exp.modes:
             runner.apply_mode(fabric, mode)
             advance(f"running {mode.label}")
-            one = runner.run_once(spec, exp, flows, mode.label, None, mode.mode)
+            one = runner.run_once(spec, exp, flows, mode.label, None, mode.mode, mode.transport)
             results["modes"][mode.label] = {"mode": mode.mode, "options": mode.options, "runs": [one],
                                             "metrics": metrics.run_metrics(one)}
         if exp.sweep:

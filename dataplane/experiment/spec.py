@@ -51,6 +51,7 @@ _MODE_OBJECT = {
         "busy_timeout_us": {"type": "number", "exclusiveMinimum": 0},
         "weights": {},
         "bandwidth": {"type": "boolean"},
+        "transport": {"enum": ["go-back-n", "selective-repeat"]},
     },
     "additionalProperties": False,
 }
@@ -117,6 +118,7 @@ class ModeSpec:
     mode: str
     label: str
     options: dict = field(default_factory=dict)
+    transport: str | None = None     # the workload's closed-loop transport, switched for this mode
 
 
 @dataclass
@@ -179,7 +181,11 @@ def load(path: str | Path) -> Experiment:
         if label in seen:
             raise ExperimentError(f"{source}: modes: {label} appears twice (give each a distinct label)")
         seen.add(label)
-        modes.append(ModeSpec(mode, label, entry))
+        transport = entry.pop("transport", None)
+        if transport and not workload.transport.closed_loop:
+            raise ExperimentError(f"{source}: modes: {label}: transport: the workload's transport is "
+                                  "open-loop; a mode may only switch between go-back-n and selective-repeat")
+        modes.append(ModeSpec(mode, label, entry, transport))
     _check_mode_targets(source, lab_file, modes)
     sweep = doc.get("sweep")
     if sweep is not None:

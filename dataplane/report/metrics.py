@@ -61,6 +61,9 @@ Definitions (``D`` = run["duration_s"]):
   (token bucket, no store-and-forward delay) and veths have no propagation delay, so
   the path length adds nothing to the ideal. ``slowdown_avg`` / ``slowdown_p99`` over
   all messages; slowdown_buckets() per message size bucket (SLOWDOWN_EDGES).
+  ``qp_rate_min_max``: see qp_rate_min_max() (1 = equal shares). ``host_queue_max_bytes``:
+  the deepest queue any host-facing switch port had at the run's samples (every
+  sample_interval).
 * fault runs: network-side ``outage_ms`` / ``recovery_ms`` (from send times), host-side
   delivery gaps and the data plane's reaction times: see fault_metrics.
 
@@ -87,9 +90,12 @@ METRIC_KEYS = (
     "expected_idle_uplinks", "uplinks",
     "loss_packets", "loss_pct", "reorder_pct", "out_of_order", "duplicates", "fct_p50_us",
     "fct_p99_us", "mice_fct_p99_us", "latency_mean_us", "latency_max_us", "receiver_drops", "drops", "ecn_marked", "ce_packets", "messages_completed",
-    "messages_incomplete", "retx_packets", "retx_bytes", "naks", "timeouts", "cnps_sent",
-    "cnps_received", "messages_done_pct", "slowdown_avg", "slowdown_p99",
+    "messages_incomplete",
 )
+TRANSPORT_KEYS = ("retx_packets", "retx_bytes", "naks", "timeouts", "cnps_sent", "cnps_received",
+                  "messages_done_pct", "slowdown_avg", "slowdown_p99", "qp_rate_min_max",
+                  "host_queue_max_bytes")
+METRIC_KEYS = METRIC_KEYS + TRANSPORT_KEYS
 SLOWDOWN_EDGES = (1024, 4096, 16384, 65536, 262144)   # message size bucket edges, bytes
 
 
@@ -386,8 +392,7 @@ def slowdown_buckets(run: dict, edges=SLOWDOWN_EDGES) -> list[dict]:
 def transport_metrics(run: dict) -> dict:
     flows = [f for f in run.get("flows", []) if "transport" in f]
     if not flows:
-        return {k: None for k in ("retx_packets", "retx_bytes", "naks", "timeouts", "cnps_sent",
-                                  "cnps_received", "messages_done_pct", "slowdown_avg", "slowdown_p99")}
+        return {k: None for k in TRANSPORT_KEYS}
     tx = [f.get("transport") or {} for f in flows]
     rx = [f.get("transport_rx") or {} for f in flows]
     posted = sum(int(f.get("messages_sent") or 0) for f in flows)
@@ -403,7 +408,30 @@ def transport_metrics(run: dict) -> dict:
         "messages_done_pct": done / posted * 100 if posted else None,
         "slowdown_avg": float(np.mean(values)) if values else None,
         "slowdown_p99": percentile(values, 99),
+        "qp_rate_min_max": qp_rate_min_max(tx),
+        "host_queue_max_bytes": max((q["max"] for q in (run.get("host_port_queues") or {}).values()),
+                                    default=0),
     }
+
+
+def qp_rate_min_max(transports: list[dict], settle_s: float = 1.0) -> float | None:
+    """Fairness of the QPs' sending rates: min / max of each QP's mean rate of new data
+    (rate_timeline) over the samples while all of them were sending, from `settle_s`
+    after the last one started; None when there is no such window or fewer than 2 QPs."""
+    lines = [t.get("rate_timeline") or [] for t in transports]
+    if len(lines) < 2 or not all(lines):
+        return None
+    starts = [next((p[0] for p in line if p[2] > 0), None) for line in lines]
+    if None in starts:
+        return None
+    lo, hi = max(starts) + settle_s, min(line[-1][0] for line in lines)
+    means = []
+    for line in lines:
+        window = [p[2] for p in line if lo <= p[0] <= hi]
+        if not window:
+            return None
+        means.append(sum(window) / len(window))
+    return min(means) / max(means) if max(means) > 0 else None
 
 
 def latency_metrics(flows: list[dict]) -> dict:

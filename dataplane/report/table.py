@@ -211,6 +211,8 @@ TRANSPORT_COLUMNS = (
     ("cnps_received", "CNPs\nrecv", "count"),
     ("slowdown_avg", "slowdown\navg", "ratio"),
     ("slowdown_p99", "slowdown\np99", "ratio"),
+    ("qp_rate_min_max", "QP rate\nmin/max", "ratio"),
+    ("host_queue_max_bytes", "last-hop\nqueue max", "count"),
 )
 
 
