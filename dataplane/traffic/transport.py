@@ -295,8 +295,10 @@ class QpResponder:
                 if not self.nak_open:
                     self.nak_open = True
                     out.append(("nak", self.expected))
-        elif ackreq:
-            out.append(("ack", self.expected - 1))   # a duplicate: tell the requester again
+        else:
+            # A duplicate: the requester resent because it missed our ACKs (or went back
+            # past what we had); tell it again where we are, or it resends forever.
+            out.append(("ack", self.expected - 1))
         if self.sr:
             for h, seen in sorted(self.hole_seen.items()):
                 last = self.naked.get(h)

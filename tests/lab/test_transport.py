@@ -47,7 +47,7 @@ def test_link_cut_under_traffic_is_recovered_by_retransmission(lab, tmp_path):
     events = [{"at": 1.0, "for": 1.0, "fault": "link-down", "a": "leaf2:up1", "b": "spine1:down2"},
               {"at": 1.2, "for": 1.0, "fault": "link-down", "a": "leaf1:up2", "b": "spine2:down1"}]
     out = _run(lab, tmp_path, "fct-websearch", duration_s=4.0, events=events,
-               modes=[experiment_spec.ModeSpec("ecmp", "ecmp")])
+               modes=[experiment_spec.ModeSpec("ecmp", "ecmp")], workload={"duration_s": 4.0})
     ecmp = out["ecmp"]
     # Frames died with the links (in flight or queued), yet every message completed:
     # the requesters resent what the responders NAKed or what timed out.
@@ -72,7 +72,7 @@ def test_dcqcn_shares_a_bottleneck_and_keeps_its_queue_short(lab, tmp_path):
 
 
 def test_reordering_costs_go_back_n_not_selective_repeat(lab, tmp_path):
-    out = _run(lab, tmp_path, "spray-transport", duration_s=4.0)
+    out = _run(lab, tmp_path, "spray-transport", duration_s=4.0, workload={"duration_s": 4.0})
     gbn, sr = out["spray-rr gbn"], out["spray-rr sr"]
     assert gbn["reorder_pct"] > 0 and sr["reorder_pct"] > 0
     assert gbn["retx_packets"] > 10 * max(sr["retx_packets"], 1)

@@ -149,3 +149,17 @@ def test_responder_sends_real_ack_and_nak_frames():
     assert [o.aeth[0] for o in out] == [roce.AETH_ACK, roce.AETH_NAK_PSN_SEQ]
     assert all(o.icrc_ok and o.opcode == roce.Opcode.ACK and o.dqpn == 0x101 for o in out)
     assert out[0].psn == 103 and out[1].psn == 104               # ACK: last in order; NAK: expected
+
+
+def test_duplicates_are_acknowledged_so_a_requester_that_missed_acks_moves_on():
+    req = Requester(20, GBN, None, 0)
+    rsp = QpResponder(GBN, None)
+    for _ in range(20):
+        pos = req.next_position()
+        req.sent(pos, 1000, 0)
+        rsp.on_data(pos, False, None, 0)       # every ACK lost on the way back
+    assert req.una == 0 and req.check_timeout(10**12)
+    answers = rsp.on_data(req.next_position(), False, None, 1)
+    assert answers == [("ack", 19)]
+    req.on_ack(19, 2)
+    assert req.done
