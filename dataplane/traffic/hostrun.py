@@ -76,11 +76,12 @@ def run_send(args) -> int:
     if cfg is not None and cfg.closed_loop:
         with in_netns(args.netns):
             feedback = [reliable.open_feedback_socket(port) for port in by_port]
+        queued = reliable.packets_of(prepared)
         print("ready", flush=True)
         if sys.stdin.readline().strip() != "go":
             return 1
         try:
-            rep = reliable.run(sockets, feedback, prepared, cfg, plan["line_bps"], plan.get("scale"),
+            rep = reliable.run(sockets, feedback, queued, cfg, plan["line_bps"], plan.get("scale"),
                                args.duration, plan.get("limit_s", 30.0), plan.get("sample_s", 0.1))
         finally:
             for sock in [*sockets.values(), *feedback]:

@@ -73,28 +73,34 @@ class _Qp:
     new_bytes: int = 0
 
 
-def run(tx: dict[str, socket.socket], rx: list[socket.socket], prepared: dict[str, PreparedFlows],
+def packets_of(prepared: dict[str, PreparedFlows]) -> list[tuple[str, object, int, list]]:
+    """(port, flow, initial PSN, every packet) per QP: a go-back must find any packet
+    again, and building their templates (scapy) must happen before the clock starts."""
+    out = []
+    for port, prep in prepared.items():
+        for flow, ready in zip(prep.flows, prep.framers):
+            if ready is not None:
+                framer, it, first = ready
+                out.append((port, flow, framer.psn0, [first, *it]))
+    return out
+
+
+def run(tx: dict[str, socket.socket], rx: list[socket.socket], queued: list[tuple[str, object, int, list]],
         cfg: tp.TransportConfig, line_bps: dict[str, float], scale: float | None,
         duration_s: float, limit_s: float, sample_s: float = 0.1) -> dict:
-    """Send every QP's messages reliably; return per-flow packets and transport stats.
-    Stops when every QP is acknowledged, or `limit_s` after `duration_s` (what is left
-    then is reported incomplete)."""
+    """Send every QP's messages (packets_of()) reliably; return per-flow packets and
+    transport stats. Stops when every QP is acknowledged, or `limit_s` after
+    `duration_s` (what is left then is reported incomplete)."""
     now_ns = time.monotonic_ns
     start = now_ns()
     qps: list[_Qp] = []
     by_key: dict[tuple[str, int], _Qp] = {}
-    for port, prep in prepared.items():
-        for flow, ready in zip(prep.flows, prep.framers):
-            if ready is None:
-                continue
-            framer, it, first = ready
-            pkts = [first, *it]
-            qp = _Qp(flow, port, pkts, framer.psn0,
-                     tp.Requester(len(pkts), cfg, scale, start),
-                     tp.Dcqcn(cfg.dcqcn, line_bps[port], scale, start) if cfg.dcqcn else None,
-                     line_bps[port], start)
-            qps.append(qp)
-            by_key[(flow.src_ip, flow.src_qp)] = qp
+    for port, flow, psn0, pkts in queued:
+        qp = _Qp(flow, port, pkts, psn0, tp.Requester(len(pkts), cfg, scale, start),
+                 tp.Dcqcn(cfg.dcqcn, line_bps[port], scale, start) if cfg.dcqcn else None,
+                 line_bps[port], start)
+        qps.append(qp)
+        by_key[(flow.src_ip, flow.src_qp)] = qp
     port_free = {p: start for p in tx}
     hard_end = start + int((duration_s + limit_s) * 1e9)
     sample_ns = int(sample_s * 1e9)
