@@ -63,7 +63,8 @@ Definitions (``D`` = run["duration_s"]):
   all messages; slowdown_buckets() per message size bucket (SLOWDOWN_EDGES).
   ``qp_rate_min_max``: see qp_rate_min_max() (1 = equal shares). ``host_queue_max_bytes``:
   the deepest queue any host-facing switch port had at the run's samples (every
-  sample_interval).
+  sample_interval); ``host_queue_mean_bytes`` the largest of those ports' mean queues
+  (the steady state: a QP starting at line rate makes a transient the max catches).
 * fault runs: network-side ``outage_ms`` / ``recovery_ms`` (from send times), host-side
   delivery gaps and the data plane's reaction times: see fault_metrics.
 
@@ -94,7 +95,7 @@ METRIC_KEYS = (
 )
 TRANSPORT_KEYS = ("retx_packets", "retx_bytes", "naks", "timeouts", "cnps_sent", "cnps_received",
                   "messages_done_pct", "slowdown_avg", "slowdown_p99", "qp_rate_min_max",
-                  "host_queue_max_bytes")
+                  "host_queue_max_bytes", "host_queue_mean_bytes")
 METRIC_KEYS = METRIC_KEYS + TRANSPORT_KEYS
 SLOWDOWN_EDGES = (1024, 4096, 16384, 65536, 262144)   # message size bucket edges, bytes
 
@@ -411,6 +412,8 @@ def transport_metrics(run: dict) -> dict:
         "qp_rate_min_max": qp_rate_min_max(tx),
         "host_queue_max_bytes": max((q["max"] for q in (run.get("host_port_queues") or {}).values()),
                                     default=0),
+        "host_queue_mean_bytes": max((q["mean"] for q in (run.get("host_port_queues") or {}).values()),
+                                     default=0),
     }
 
 
