@@ -11,9 +11,8 @@ import pytest
 from dataplane.experiment import session
 from dataplane.experiment import spec as experiment_spec
 from dataplane.report import metrics
-from dataplane.runtime import lifecycle
 
-from .conftest import ROOT, leftovers, spec_from, unique_name
+from .conftest import ROOT, deployed
 
 EXPERIMENTS = ROOT / "experiments"
 LAB = EXPERIMENTS / "labs" / "transport.clab.yml"
@@ -21,13 +20,8 @@ LAB = EXPERIMENTS / "labs" / "transport.clab.yml"
 
 @pytest.fixture(scope="module")
 def lab():
-    spec = spec_from(LAB, unique_name("tp"))
-    lifecycle.deploy(spec)
-    try:
+    with deployed(LAB, "tp") as spec:
         yield spec
-    finally:
-        lifecycle.destroy(spec.name)
-        assert not leftovers(spec.name, spec)
 
 
 def _run(lab, tmp_path, name: str, **changes) -> dict[str, dict]:
