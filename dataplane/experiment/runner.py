@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass
 from ipaddress import IPv4Address, IPv4Interface, IPv4Network
 
-from dataplane import faults
+from dataplane import faults, timescale
 from dataplane.agent import client
 from dataplane.agent.protocol import CounterSnapshot
 from dataplane.experiment.spec import NAV_MODES, Experiment, ModeSpec
@@ -28,7 +28,9 @@ from dataplane.runtime.labspec import LabSpec
 from dataplane.topology.model import TIER
 from dataplane.traffic import workload as wl
 from dataplane.traffic.hostrun import flow_to_json  # noqa: F401 (re-exported)
+from dataplane.traffic.transport import DcqcnParams
 
+CLOSED_LOOP_LIMIT_S = 20.0  # a reliable sender gets this long after the run to finish its messages
 RECEIVER_GRACE_S = 0.4     # for the receivers to read what the last hop delivered
 DRAIN_POLL_S = 0.02
 DRAIN_LIMIT_S = 30.0       # a queue still full after this is stuck, not draining
@@ -213,6 +215,7 @@ class _RunClock(threading.Thread):
                 self.pending.append((event["at"] + event["for"], undo))
         self.pending.sort(key=lambda p: p[0])
         self.samples: list[tuple[float, int]] = []
+        self.queues: dict[str, list[int]] = {}     # host-facing port -> bytes waiting at each sample
         self.timeline: list[dict] = []
         self.fired: list[dict] = []
         self.error: str | None = None
@@ -234,6 +237,9 @@ class _RunClock(threading.Thread):
         # what each leaf uplink has sent so far: balance over time (metrics.leaf_uplink_balance)
         self.uplink_samples.append({"t": max(t, 0.0), "tx_bytes": {
             f"{s}:{p}": c.tx_bytes for s, p in self.leaf_uplinks if (c := snap.port(s, p)) is not None}})
+        for (switch, port), c in zip(self.host_ports, ports):
+            if c is not None:
+                self.queues.setdefault(f"{switch}:{port}", []).append(c.waiting_bytes)
 
     def mark_start(self) -> float:
         """The common start: the delivered bytes now count as t = 0. Returns its time."""
@@ -327,7 +333,7 @@ def host_pause_plan(port_model: dict) -> dict | None:
 
 
 def run_once(spec: LabSpec, experiment: Experiment, flows: list[wl.Flow], label: str,
-             seed: int | None, mode: str | None = None) -> dict:
+             seed: int | None, mode: str | None = None, transport: str | None = None) -> dict:
     fabric = Fabric(spec.name)
     by_name = {n.name: n for n in spec.nodes}
     flows = pxn_relay(spec, flows)
@@ -337,18 +343,28 @@ def run_once(spec: LabSpec, experiment: Experiment, flows: list[wl.Flow], label:
         senders.setdefault(flow.src_host, []).append(
             {"port": ports[flow.flow_id % len(ports)], "flow": flow_to_json(flow)})
     receivers = sorted({f.dst_host for f in flows if f.dst_host})
-    ports = {item["flow"]["flow_id"]: item["port"] for items in senders.values() for item in items}
+    flow_port = {item["flow"]["flow_id"]: item["port"] for items in senders.values() for item in items}
     if mode == "nav-host":   # the senders announce their flows before they send
         fabric.nav_announce(announcements(flows))
-    paths = trace_flows(spec, flows, ports)
+    paths = trace_flows(spec, flows, flow_port)
 
     procs: dict[str, _HostProcs] = {h: _HostProcs(h, by_name[h].netns) for h in set(senders) | set(receivers)}
     pause_plan = host_pause_plan(fabric.show().get("port_model") or {})
+    cfg = experiment.workload.transport
+    if transport:
+        cfg = dataclasses.replace(cfg, kind=transport)
+    scale = experiment.port_model.get("scale")
+    recv_args: list[str] = []
+    if cfg.closed_loop:
+        cnp_us = (cfg.dcqcn or DcqcnParams()).cnp_interval_us
+        recv_args = ["--transport", json.dumps(cfg.to_dict()), "--scale", str(scale),
+                     "--cnp-interval-ns", str(timescale.wall_ns(cnp_us * 1000, scale))]
     before = fabric.snapshot()
     try:
         for host in receivers:
             ports = [i.name for i in by_name[host].interfaces]
-            procs[host].receiver = _spawn(["recv", "--netns", procs[host].netns, "--ports", ",".join(ports)])
+            procs[host].receiver = _spawn(["recv", "--netns", procs[host].netns, "--ports", ",".join(ports),
+                                           *recv_args])
         for host in receivers:
             line = procs[host].receiver.stdout.readline().strip()
             if line != "ready":
@@ -360,6 +376,10 @@ def run_once(spec: LabSpec, experiment: Experiment, flows: list[wl.Flow], label:
             plan = {"flows": items, "gateway_mac": gateway}
             if pause_plan:      # PFC: the host's NICs hold a priority their switch paused
                 plan["pfc"] = {**pause_plan, "nominal_bps": {i.name: i.speed_bps for i in by_name[host].interfaces}}
+            if cfg.closed_loop:
+                plan.update(transport=cfg.to_dict(), scale=scale, limit_s=CLOSED_LOOP_LIMIT_S,
+                            sample_s=experiment.sample_s,
+                            line_bps={i.name: i.speed_bps * scale for i in by_name[host].interfaces})
             proc.stdin.write(json.dumps(plan) + "\n")
             proc.stdin.flush()
             procs[host].sender = proc
@@ -375,13 +395,16 @@ def run_once(spec: LabSpec, experiment: Experiment, flows: list[wl.Flow], label:
             procs[host].sender.stdin.close()
         clock.start()
         sent: dict[str, int] = {}
+        transport_tx: dict[str, dict] = {}
         for host in senders:
             proc = procs[host].sender
             out, err = proc.stdout.read(), proc.stderr.read()
-            proc.wait(timeout=experiment.duration_s + 60)
+            proc.wait(timeout=experiment.duration_s + CLOSED_LOOP_LIMIT_S + 60)
             if proc.returncode != 0:
                 raise RuntimeError(f"sender in {host} failed: {err.strip().splitlines()[-1] if err.strip() else '?'}")
-            sent.update(json.loads(out)["per_flow_packets"])
+            answer = json.loads(out)
+            sent.update(answer["per_flow_packets"])
+            transport_tx.update(answer.get("transport", {}))
         elapsed = time.monotonic() - started
         wait_for_drain(fabric)
         time.sleep(RECEIVER_GRACE_S)
@@ -424,6 +447,11 @@ def run_once(spec: LabSpec, experiment: Experiment, flows: list[wl.Flow], label:
             "offered_bps": flow.rate_bps, "sent_packets": sent.get(str(flow.flow_id), 0),
             "path": [f"{h['switch']}:{h['in']}>{h['out']}" for h in paths[flow.flow_id]["hops"]],
         })
+        if cfg.closed_loop:
+            src_port = flow_port[flow.flow_id]
+            line = next(i.speed_bps for i in by_name[flow.src_host].interfaces if i.name == src_port) * scale
+            flow_records[-1].update(transport=transport_tx.get(str(flow.flow_id), {}),
+                                    line_bps=line, mtu=flow.mtu, messages_sent=len(flow.messages))
         if experiment.events:
             per_packet = (mode or label) in PER_PACKET_MODES
             # Sprayed flows use every path; the traced one is only one packet's.
@@ -432,6 +460,7 @@ def run_once(spec: LabSpec, experiment: Experiment, flows: list[wl.Flow], label:
     return {
         # Loads are bytes over the sending time; wall time adds process start-up.
         "mode": label, "seed": seed, "duration_s": experiment.duration_s, "wall_s": elapsed,
+        "transport": cfg.kind, "dcqcn": cfg.dcqcn is not None,
         "nodes": [{"name": n.name, "role": n.role, "rail": n.rail, "plane": n.plane} for n in spec.nodes],
         "links": _link_bytes(spec, before, after),
         "flows": flow_records,
@@ -442,6 +471,9 @@ def run_once(spec: LabSpec, experiment: Experiment, flows: list[wl.Flow], label:
         "timeline": clock.timeline,
         "uplink_samples": clock.uplink_samples,
         **({"nav": nav_status} if nav_status else {}),
+        # host-facing (last-hop) ports' queues at the samples: where incast and DCQCN show
+        "host_port_queues": {port: {"max": max(q), "mean": sum(q) / len(q), "samples": len(q)}
+                             for port, q in clock.queues.items() if q and max(q) > 0},
         "t0_ns": int(started * 1e9),         # CLOCK_MONOTONIC of t = 0 (send times are on it)
         "events": events,
         **({"event_error": clock.error} if clock.error else {}),

@@ -79,7 +79,7 @@ def run(exp: Experiment, progress=None, lab_name: str | None = None,
             runner.apply_mode(fabric, mode)
             advance(f"running {mode.label}")
             try:
-                one = runner.run_once(spec, exp, flows, mode.label, None, mode.mode)
+                one = runner.run_once(spec, exp, flows, mode.label, None, mode.mode, mode.transport)
             finally:
                 runner.end_mode(fabric, mode)
             one["clock"] = results["clock"]

@@ -80,6 +80,7 @@ _MODE_OBJECT = {
         "interval_us": {"type": "number", "exclusiveMinimum": 0},
         "base": {"enum": list(abi.LB_MODES)},
         "port_model": _PORT_MODEL,     # this mode's changes over the experiment's port model
+        "transport": {"enum": ["go-back-n", "selective-repeat"]},
     },
     "additionalProperties": False,
 }
@@ -137,6 +138,7 @@ class ModeSpec:
     label: str
     options: dict = field(default_factory=dict)
     port_model: dict = field(default_factory=dict)   # over the experiment's, for this mode only
+    transport: str | None = None     # the workload's closed-loop transport, switched for this mode
 
 
 @dataclass
@@ -200,7 +202,11 @@ def load(path: str | Path) -> Experiment:
         if label in seen:
             raise ExperimentError(f"{source}: modes: {label} appears twice (give each a distinct label)")
         seen.add(label)
-        modes.append(ModeSpec(mode, label, entry, mode_port_model))
+        transport = entry.pop("transport", None)
+        if transport and not workload.transport.closed_loop:
+            raise ExperimentError(f"{source}: modes: {label}: transport: the workload's transport is "
+                                  "open-loop; a mode may only switch between go-back-n and selective-repeat")
+        modes.append(ModeSpec(mode, label, entry, mode_port_model, transport))
     _check_mode_targets(source, lab_file, modes)
     sweep = doc.get("sweep")
     if sweep is not None:
@@ -214,6 +220,7 @@ def load(path: str | Path) -> Experiment:
     port_model = doc.get("port_model", {})
     if port_model.get("queue") == "real" and port_model.get("scale") == 0:
         raise ExperimentError(f"{source}: port_model: a real queue needs the port model on (scale > 0)")
+    _check_line_rate(source, lab_file, workload, port_model.get("scale"))
     return Experiment(doc["name"], source, lab_file, duration, modes, workload,
                       port_model, sweep, output, bool(doc.get("reuse_lab", False)),
                       events, sample_s)
@@ -243,6 +250,41 @@ def _check_mode_targets(source: Path, lab_file: Path, modes: list[ModeSpec]) -> 
             if len(weights) not in sizes:
                 raise ExperimentError(f"{where}: weights: {len(weights)} given; the groups there have "
                                       f"{' or '.join(map(str, sorted(sizes))) or 'no'} members")
+
+
+def host_line_bps(lab_file: Path, scale: float) -> float:
+    """The slowest host NIC's emulated line rate (nominal speed x scale), bits/s."""
+    topo = clab.read(lab_file)
+    hosts = {n.name for n in topo.hosts}
+    speeds = [l.speed_bps for l in topo.links if l.a.node in hosts or l.b.node in hosts]
+    return min(speeds) * scale if speeds else 0.0
+
+
+def _check_line_rate(source: Path, lab_file: Path, workload: wl.Workload, scale: float | None) -> None:
+    """A closed-loop transport or a `load` needs the NICs' line rate (the port model's
+    scale); `load` becomes the senders' rate; no rate may exceed the line rate."""
+    needs = workload.transport.closed_loop or workload.load is not None
+    if not scale or scale <= 0:
+        if needs:
+            raise ExperimentError(f"{source}: port_model: scale: a closed-loop transport or a workload "
+                                  "load needs the port model's scale (the NICs' line rate is nominal x scale)")
+        return
+    line = host_line_bps(lab_file, scale)
+    if line <= 0:
+        return
+    if workload.load is not None:
+        workload.rate = wl.Rate(workload.load * line, "bps")
+    frame = workload.mtu_frame_bytes
+    flows = workload.pattern.get("flows", []) or []
+    uses_rate = workload.pattern["type"] != "flows" or any("rate" not in f for f in flows)
+    rates = [("workload: rate", workload.rate.bps(frame))] if uses_rate else []
+    for i, flow in enumerate(flows):
+        if "rate" in flow:
+            rates.append((f"workload: pattern.flows.{i}.rate", wl.parse_rate(flow["rate"]).bps(frame)))
+    for where, bps in rates:
+        if bps > line * 1.000001:
+            raise ExperimentError(f"{source}: {where}: {bps / 1e6:g} Mb/s is above the NICs' line rate "
+                                  f"{line / 1e6:g} Mb/s (nominal x port_model.scale)")
 
 
 _EVENT_NEEDS = {"link-down": ("a",), "link-up": ("a",), "switch-down": ("switch",),

@@ -48,6 +48,23 @@ Definitions (``D`` = run["duration_s"]):
 * ``drops`` / ``ecn_marked`` = run["switches"]["drops"] / ["ecn_marked"] (switch
   counters); ``ce_packets`` = sum of the flows' ce (CE-marked packets received).
 * ``messages_completed`` / ``messages_incomplete`` = sums over flows.
+* closed-loop transport (dataplane.traffic.transport), None for open-loop runs:
+  ``retx_packets`` / ``retx_bytes`` resent by the requesters; ``naks`` NAKs the
+  requesters received; ``timeouts`` retransmission timeouts; ``cnps_sent`` by the
+  receivers (notification points), ``cnps_received`` by the senders; ``messages_done_pct``
+  = messages every byte of which arrived / messages the workload posted x 100.
+* **FCT slowdown** of a message = its completion time (from the message's arrival at
+  the sender to the receiver having every byte in order) / its ideal time: the Ethernet
+  bits of all its frames (headers and ICRC of every packet) at the sending NIC's line
+  rate (the emulated speed, nominal x scale). Alone on an empty railab fabric a message
+  takes that long whatever its path: an idle emulated port forwards a frame at once
+  (token bucket, no store-and-forward delay) and veths have no propagation delay, so
+  the path length adds nothing to the ideal. ``slowdown_avg`` / ``slowdown_p99`` over
+  all messages; slowdown_buckets() per message size bucket (SLOWDOWN_EDGES).
+  ``qp_rate_min_max``: see qp_rate_min_max() (1 = equal shares). ``host_queue_max_bytes``:
+  the deepest queue any host-facing switch port had at the run's samples (every
+  sample_interval); ``host_queue_mean_bytes`` the largest of those ports' mean queues
+  (the steady state: a QP starting at line rate makes a transient the max catches).
 * fault runs: network-side ``outage_ms`` / ``recovery_ms`` (from send times), host-side
   delivery gaps and the data plane's reaction times: see fault_metrics.
 
@@ -61,6 +78,8 @@ import re
 from collections import defaultdict
 
 import numpy as np
+
+from dataplane.traffic import roce
 
 IDLE_FRACTION = 0.01
 UP_PAIRS = {("leaf", "spine"): "leaf-spine", ("spine", "core"): "spine-core"}
@@ -76,6 +95,11 @@ METRIC_KEYS = (
     "messages_incomplete", "lossless_loss_pct", "lossy_loss_pct", "lossless_lost", "lossy_lost",
     "pause_frames", "pause_fraction", "headroom_drops",
 )
+TRANSPORT_KEYS = ("retx_packets", "retx_bytes", "naks", "timeouts", "cnps_sent", "cnps_received",
+                  "messages_done_pct", "slowdown_avg", "slowdown_p99", "qp_rate_min_max",
+                  "host_queue_max_bytes", "host_queue_mean_bytes")
+METRIC_KEYS = METRIC_KEYS + TRANSPORT_KEYS
+SLOWDOWN_EDGES = (1024, 4096, 16384, 65536, 262144)   # message size bucket edges, bytes
 
 
 def natural_key(text: str) -> list:
@@ -412,7 +436,85 @@ def run_metrics(run: dict) -> dict:
         "messages_completed": _sum(flows, "messages_completed"),
         "messages_incomplete": _sum(flows, "messages_incomplete"),
         **fault_metrics(run),
+        **transport_metrics(run),
     }
+
+
+def ideal_fct_ns(size: int, mtu: int, line_bps: float) -> float:
+    """A message alone on an empty fabric: its frames' bits at the line rate (module doc)."""
+    bits = sum(roce.frame_len(p) for p in roce.segment_message(size, mtu)) * 8
+    return bits * 1e9 / line_bps
+
+
+def slowdowns(run: dict) -> list[tuple[int, float]]:
+    """(message bytes, FCT slowdown) of every completed message of a closed-loop run."""
+    out = []
+    for f in run.get("flows", []):
+        line, mtu = f.get("line_bps"), f.get("mtu")
+        if not line or not mtu:
+            continue
+        for size, fct_ns in (f.get("transport_rx") or {}).get("messages", []):
+            out.append((size, fct_ns / ideal_fct_ns(size, mtu, line)))
+    return out
+
+
+def slowdown_buckets(run: dict, edges=SLOWDOWN_EDGES) -> list[dict]:
+    """Per size bucket [lo, hi): count, average and p99 slowdown (None when empty)."""
+    bounds = [0, *edges, None]
+    values = slowdowns(run)
+    out = []
+    for lo, hi in zip(bounds, bounds[1:]):
+        vs = [v for size, v in values if size >= lo and (hi is None or size < hi)]
+        out.append({"lo": lo, "hi": hi, "count": len(vs),
+                    "avg": float(np.mean(vs)) if vs else None, "p99": percentile(vs, 99)})
+    return out
+
+
+def transport_metrics(run: dict) -> dict:
+    flows = [f for f in run.get("flows", []) if "transport" in f]
+    if not flows:
+        return {k: None for k in TRANSPORT_KEYS}
+    tx = [f.get("transport") or {} for f in flows]
+    rx = [f.get("transport_rx") or {} for f in flows]
+    posted = sum(int(f.get("messages_sent") or 0) for f in flows)
+    done = sum(len(r.get("messages", [])) for r in rx)
+    values = [v for _, v in slowdowns(run)]
+    return {
+        "retx_packets": sum(int(t.get("retx_packets", 0)) for t in tx),
+        "retx_bytes": sum(int(t.get("retx_bytes", 0)) for t in tx),
+        "naks": sum(int(t.get("naks", 0)) for t in tx),
+        "timeouts": sum(int(t.get("timeouts", 0)) for t in tx),
+        "cnps_sent": sum(int(r.get("cnps", 0)) for r in rx),
+        "cnps_received": sum(int(t.get("cnps", 0)) for t in tx),
+        "messages_done_pct": done / posted * 100 if posted else None,
+        "slowdown_avg": float(np.mean(values)) if values else None,
+        "slowdown_p99": percentile(values, 99),
+        "qp_rate_min_max": qp_rate_min_max(tx),
+        "host_queue_max_bytes": max((q["max"] for q in (run.get("host_port_queues") or {}).values()),
+                                    default=0),
+        "host_queue_mean_bytes": max((q["mean"] for q in (run.get("host_port_queues") or {}).values()),
+                                     default=0),
+    }
+
+
+def qp_rate_min_max(transports: list[dict], settle_s: float = 1.0) -> float | None:
+    """Fairness of the QPs' sending rates: min / max of each QP's mean rate of new data
+    (rate_timeline) over the samples while all of them were sending, from `settle_s`
+    after the last one started; None when there is no such window or fewer than 2 QPs."""
+    lines = [t.get("rate_timeline") or [] for t in transports]
+    if len(lines) < 2 or not all(lines):
+        return None
+    starts = [next((p[0] for p in line if p[2] > 0), None) for line in lines]
+    if None in starts:
+        return None
+    lo, hi = max(starts) + settle_s, min(line[-1][0] for line in lines)
+    means = []
+    for line in lines:
+        window = [p[2] for p in line if lo <= p[0] <= hi]
+        if not window:
+            return None
+        means.append(sum(window) / len(window))
+    return min(means) / max(means) if max(means) > 0 else None
 
 
 def latency_metrics(flows: list[dict]) -> dict:

@@ -6,6 +6,8 @@ paths:
   uplink-loads.png     load of every uplink, one panel per mode, shared y axis
   fct-cdf.png          message completion time CDF per mode (log x) and its tail
   reorder.png          reorder-distance histogram per mode
+  fct-slowdown.png     closed-loop runs: FCT slowdown avg / p99 per message size bucket,
+                       modes side by side
   fabric-<mode>.png    the fabric, tiers as rows, links coloured by utilisation
   timeline.png         delivered throughput over time with events (when recorded); for
                        fault runs each mode's legend entry carries its fault figures and
@@ -237,6 +239,45 @@ def plot_fct_cdf(results, path) -> Path | None:
     tail.grid(which="both", alpha=0.25)
     fig.suptitle("Message completion times", fontsize=12, fontweight="bold")
     return _save(fig, path)
+
+
+def plot_slowdown(results, path) -> Path | None:
+    """FCT slowdown per message size bucket, modes side by side: average (bars) and p99
+    (markers above them), log y -- the HPCC/ConWeave figure style. None for open loop."""
+    groups = m.group_runs(results)
+    series = []
+    for label, runs in groups.items():
+        pooled = {"flows": [f for r in runs for f in r.get("flows", [])]}
+        buckets = m.slowdown_buckets(pooled)
+        if any(b["count"] for b in buckets):
+            series.append((label, buckets))
+    if not series:
+        return None
+    fig = Figure(figsize=(11, 5), layout="constrained")
+    ax = fig.subplots()
+    names = [_bucket_label_bytes(b["lo"], b["hi"]) for b in series[0][1]]
+    width = 0.8 / len(series)
+    for i, (label, buckets) in enumerate(series):
+        xs = [k + (i - (len(series) - 1) / 2) * width for k in range(len(buckets))]
+        avg = [b["avg"] or 0 for b in buckets]
+        p99 = [b["p99"] or 0 for b in buckets]
+        ax.bar(xs, avg, width=width * 0.95, color=_colour(i), label=f"{label} avg")
+        ax.plot(xs, p99, linestyle="none", marker="v", color=_colour(i), markersize=7,
+                label=f"{label} p99")
+    ax.axhline(1, color="grey", linestyle=":", linewidth=0.8)
+    ax.set_yscale("log")
+    ax.set_xticks(range(len(names)), names)
+    ax.set_xlabel("message size")
+    ax.set_ylabel("FCT slowdown (completion / ideal at line rate)")
+    ax.grid(axis="y", which="both", alpha=0.25)
+    ax.legend(fontsize=8, ncol=2)
+    fig.suptitle("FCT slowdown by message size", fontsize=12, fontweight="bold")
+    return _save(fig, path)
+
+
+def _bucket_label_bytes(lo: int, hi: int | None) -> str:
+    kib = lambda n: f"{n // 1024} KiB" if n >= 1024 else f"{n} B"   # noqa: E731
+    return f"≥{kib(lo)}" if hi is None else f"<{kib(hi)}" if lo == 0 else f"{kib(lo)}–{kib(hi)}"
 
 
 # --------------------------------------------------------------------------- (c) reorder
@@ -552,6 +593,7 @@ def write_plots(results, folder) -> list[Path]:
         plot_uplink_loads(results, folder / "uplink-loads.png"),
         plot_fct_cdf(results, folder / "fct-cdf.png"),
         plot_reorder_hist(results, folder / "reorder.png"),
+        plot_slowdown(results, folder / "fct-slowdown.png"),
     ]
     link_max = max([max(int(l.get("bytes_ab") or 0), int(l.get("bytes_ba") or 0)) * 8 / m.duration(r)
                     for runs in groups.values() for r in runs[:1] for l in r.get("links", [])] + [1.0])

@@ -206,10 +206,60 @@ def build_fault_table(results, title: str | None = None) -> Table | None:
     return table
 
 
+TRANSPORT_COLUMNS = (
+    ("messages_done_pct", "messages\ndone", "pct"),
+    ("retx_packets", "retx\npkts", "count"),
+    ("retx_bytes", "retx\nbytes", "count"),
+    ("naks", "NAKs", "count"),
+    ("timeouts", "time-\nouts", "count"),
+    ("cnps_sent", "CNPs\nsent", "count"),
+    ("cnps_received", "CNPs\nrecv", "count"),
+    ("slowdown_avg", "slowdown\navg", "ratio"),
+    ("slowdown_p99", "slowdown\np99", "ratio"),
+    ("qp_rate_min_max", "QP rate\nmin/max", "ratio"),
+    ("host_queue_max_bytes", "last-hop\nqueue max", "count"),
+)
+
+
+def _bucket_header(lo: int, hi: int | None) -> str:
+    kib = lambda n: f"{n // 1024}K" if n >= 1024 else str(n)   # noqa: E731
+    return f">= {kib(lo)}" if hi is None else f"< {kib(hi)}" if lo == 0 else f"{kib(lo)}-{kib(hi)}"
+
+
+def build_transport_table(results, title: str | None = None) -> Table | None:
+    """Closed-loop runs: reliability counters, then FCT slowdown avg / p99 per message
+    size bucket, one row per run; None when every run was open loop."""
+    rows = []
+    for label, runs in m.group_runs(results).items():
+        for i, run in enumerate(runs):
+            met = m.run_metrics(run)
+            if met.get("messages_done_pct") is not None:
+                name = label if len(runs) == 1 else f"{label} #{i + 1}"
+                rows.append((name, met, m.slowdown_buckets(run)))
+    if not rows:
+        return None
+    table = Table(title=f"{title or m.results_title(results)}: transport and FCT slowdown",
+                  title_justify="left", caption_justify="left",
+                  caption="slowdown = completion time / the message's frames at line rate "
+                          "(avg / p99; n = messages in the bucket)")
+    table.add_column("mode", justify="left", no_wrap=True)
+    for _, header, _ in TRANSPORT_COLUMNS:
+        table.add_column(header, justify="right")
+    for b in rows[0][2]:
+        table.add_column(_bucket_header(b["lo"], b["hi"]), justify="right")
+    for name, met, buckets in rows:
+        cells = [fmt_value(kind, met.get(key)) for key, _, kind in TRANSPORT_COLUMNS]
+        cells += ["-" if not b["count"] else f"{b['avg']:.1f} / {b['p99']:.1f} (n={b['count']})"
+                  for b in buckets]
+        table.add_row(name, *cells)
+    return table
+
+
 def tables(results, title: str | None = None) -> list[Table]:
-    """Every table of an experiment: the comparison, then the fault table if any."""
-    fault = build_fault_table(results, title)
-    return [build_table(results, title)] + ([fault] if fault is not None else [])
+    """Every table of an experiment: the comparison, then the transport and fault
+    tables when there is something to show."""
+    extra = [build_transport_table(results, title), build_fault_table(results, title)]
+    return [build_table(results, title)] + [t for t in extra if t is not None]
 
 
 def render_text(results, title: str | None = None, width: int = 200) -> str:

@@ -20,7 +20,9 @@ from dataclasses import asdict
 from dataplane import pfc
 from dataplane.netns_util import in_netns
 from dataplane.traffic import receiver as rx
+from dataplane.traffic import reliable
 from dataplane.traffic import sender as tx
+from dataplane.traffic.transport import TransportConfig
 from dataplane.traffic.workload import Flow, Message
 
 
@@ -48,6 +50,14 @@ class _LockedReceiver:
         return getattr(self.inner, name)
 
 
+class _LockedResponder(_LockedReceiver):
+    """One Responder answering for several capture threads."""
+
+    def respond(self, pkt, rx_ns=0):
+        with self.lock:
+            return self.inner.respond(pkt, rx_ns)
+
+
 def run_send(args) -> int:
     # Line 1: the plan. Then "ready" out, and the sending starts at "go" in, so that
     # all hosts start together whatever their start-up time.
@@ -63,6 +73,23 @@ def run_send(args) -> int:
     # while, and must not eat into the run after "go".
     prepared = {port: tx.prepare_flows(flows, tx.socket_mac(sockets[port]), plan["gateway_mac"][port])
                 for port, flows in by_port.items()}
+    cfg = TransportConfig.from_dict(plan["transport"]) if plan.get("transport") else None
+    if cfg is not None and cfg.closed_loop:
+        with in_netns(args.netns):
+            feedback = [reliable.open_feedback_socket(port) for port in by_port]
+        queued = reliable.packets_of(prepared)
+        print("ready", flush=True)
+        if sys.stdin.readline().strip() != "go":
+            return 1
+        try:
+            rep = reliable.run(sockets, feedback, queued, cfg, plan["line_bps"], plan.get("scale"),
+                               args.duration, plan.get("limit_s", 30.0), plan.get("sample_s", 0.1))
+        finally:
+            for sock in [*sockets.values(), *feedback]:
+                sock.close()
+        json.dump(rep, sys.stdout)
+        print(flush=True)
+        return 0
     print("ready", flush=True)
     if sys.stdin.readline().strip() != "go":
         return 1
@@ -110,7 +137,9 @@ def run_send(args) -> int:
 
 def run_recv(args) -> int:
     receiver = _LockedReceiver(rx.Receiver())
-    responder = rx.Responder()
+    cfg = TransportConfig.from_dict(json.loads(args.transport)) if args.transport else None
+    responder = _LockedResponder(rx.Responder(cnp_interval_ns=args.cnp_interval_ns,
+                                              transport=cfg, scale=args.scale))
     stop = threading.Event()
     sockets = []
     with in_netns(args.netns):
@@ -134,6 +163,8 @@ def run_recv(args) -> int:
     for fid, stats in flows.items():
         entry = stats.to_dict()
         entry["completions_us"] = [ns / 1000 for ns in stats.completions_ns.values()]
+        if responder.inner.transport is not None:
+            entry["transport_rx"] = responder.inner.flow_report(fid)
         out[str(fid)] = entry
     drops = sum(rx.socket_drops(s) for s in sockets)
     json.dump({"flows": out, "totals": receiver.inner.totals(), "socket_drops": drops}, sys.stdout)
@@ -153,6 +184,10 @@ def main(argv=None) -> int:
     r = sub.add_parser("recv")
     r.add_argument("--netns", required=True)
     r.add_argument("--ports", required=True)
+    r.add_argument("--transport", help="closed loop: the TransportConfig as JSON")
+    r.add_argument("--scale", type=float, help="the lab's time scale (for the transport's timers)")
+    r.add_argument("--cnp-interval-ns", type=int, default=0,
+                   help="at most one CNP per QP per this many wall ns (DCQCN's N)")
     r.set_defaults(func=run_recv)
     args = parser.parse_args(argv)
     return args.func(args)

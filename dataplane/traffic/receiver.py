@@ -40,7 +40,13 @@ Responder (what a receiving RoCE NIC answers), documented choices:
   * ACK (opcode 0x11 + AETH syndrome 0x1f) coalesced per message: only for packets with
     the BTH ack-request bit, which the railab sender sets on the last packet of each
     message. The ACK's PSN is that packet's PSN, its MSN the number of messages the
-    flow has completed. No NAKs, no retransmission (the emulator measures loss instead).
+    flow has completed. Open loop: no NAKs, no retransmission (the emulator measures
+    loss instead). Closed loop (a go-back-n or selective-repeat transport): ACKs, NAKs
+    and message completions per dataplane.traffic.transport.
+
+With retransmission, FlowStats still books every packet that arrives: a resent packet
+fills a hole (counted out of order) or is a duplicate, so `lost` is what was never
+delivered at all.
 """
 from __future__ import annotations
 
@@ -52,6 +58,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
 from dataplane.traffic import roce
+from dataplane.traffic import transport as transport_mod
 from dataplane.traffic.roce import PSN_MASK, PSN_MOD, RocePacket
 
 ETH_P_ALL = 0x0003
@@ -302,16 +309,26 @@ class Receiver:
 
 
 class Responder:
-    """Builds the ACK and CNP frames a RoCE receiver sends back (pure: returns bytes)."""
+    """Builds the ACK, NAK and CNP frames a RoCE receiver sends back (pure: returns bytes).
+
+    Open loop (`transport` None or open-loop): the behaviour in the module doc. Closed
+    loop: one transport.QpResponder per flow decides ACKs (coalesced) and NAKs, and
+    records each message's completion; CNPs as before."""
 
     def __init__(self, cnp_interval_ns: int = 0, ack: bool = True, cnp: bool = True,
-                 reply_sport: int = roce.ROCE_PORT) -> None:
+                 reply_sport: int = roce.ROCE_PORT,
+                 transport: transport_mod.TransportConfig | None = None,
+                 scale: float | None = None) -> None:
         self.cnp_interval_ns = cnp_interval_ns
         self.ack = ack
         self.cnp = cnp
         self.reply_sport = reply_sport
+        self.transport = transport if transport is not None and transport.closed_loop else None
+        self.scale = scale
         self._last_cnp: dict[int, int] = {}
         self._msn: dict[int, int] = {}
+        self.qps: dict[int, tuple[transport_mod.QpResponder, int, roce.AckTemplate]] = {}
+        self.cnps_by_flow: dict[int, int] = {}
         self.cnps_sent = 0
         self.acks_sent = 0
 
@@ -329,6 +346,9 @@ class Responder:
                 self._last_cnp[h.flow_id] = rx_ns
                 out.append(roce.build_cnp(**common))
                 self.cnps_sent += 1
+                self.cnps_by_flow[h.flow_id] = self.cnps_by_flow.get(h.flow_id, 0) + 1
+        if self.transport is not None:
+            return out + self._reliable(pkt, rx_ns, common)
         if h.msg_idx == h.msg_pkts - 1:
             self._msn[h.flow_id] = self._msn.get(h.flow_id, 0) + 1
         if self.ack and pkt.ackreq:
@@ -336,6 +356,29 @@ class Responder:
                                       msn=self._msn.get(h.flow_id, 0)))
             self.acks_sent += 1
         return out
+
+    def _reliable(self, pkt: RocePacket, rx_ns: int, common: dict) -> list[bytes]:
+        h = pkt.hdr
+        qp = self.qps.get(h.flow_id)
+        if qp is None:
+            qp = self.qps[h.flow_id] = (transport_mod.QpResponder(self.transport, self.scale),
+                                        (pkt.psn - h.seq) & PSN_MASK, roce.AckTemplate(**common))
+        state, psn0, tpl = qp
+        pos = transport_mod.position(pkt.psn, psn0, state.expected)
+        msg_end = (h.msg_bytes, h.msg_start_ns) if h.msg_idx == h.msg_pkts - 1 else None
+        out = []
+        for kind, at in state.on_data(pos, pkt.ackreq, msg_end, rx_ns):
+            syndrome = roce.AETH_ACK if kind == "ack" else roce.AETH_NAK_PSN_SEQ
+            out.append(tpl.frame(psn0 + at, syndrome, len(state.stats.messages)))
+            self.acks_sent += kind == "ack"
+        return out
+
+    def flow_report(self, flow_id: int) -> dict:
+        """Closed loop: this flow's ACKs, NAKs, CNPs and message completions."""
+        qp = self.qps.get(flow_id)
+        rep = qp[0].stats.to_dict() if qp else transport_mod.ResponderStats().to_dict()
+        rep["cnps"] = self.cnps_by_flow.get(flow_id, 0)
+        return rep
 
 
 def open_socket(ifname: str, rcvbuf: int = 8 << 20) -> socket.socket:

@@ -308,6 +308,25 @@ def build_cnp(*, src_mac: str, dst_mac: str, src_ip: str, dst_ip: str, sport: in
                             becn=True, payload=b"\x00" * CNP_PAD_LEN))
 
 
+class AckTemplate:
+    """ACK/NAK frames of one QP, built once with scapy; ``frame()`` patches the BTH PSN and
+    the AETH (syndrome, MSN) and recomputes the ICRC (what a responder sends per ACK)."""
+
+    def __init__(self, **addr):
+        self.buf = bytearray(build_ack(**addr, psn=0, msn=0))
+        prefix, rest = icrc_masked_prefix(self.buf)
+        self.bth_off = rest - 8
+        self._prefix_crc = zlib.crc32(prefix)
+
+    def frame(self, psn: int, syndrome: int = AETH_ACK, msn: int = 0) -> bytes:
+        b, o = self.buf, self.bth_off
+        struct.pack_into("!II", b, o + 8, psn & PSN_MASK,
+                         ((syndrome & 0xFF) << 24) | (msn & PSN_MASK))
+        crc = zlib.crc32(memoryview(b)[o + 8:len(b) - ICRC_LEN], self._prefix_crc)
+        struct.pack_into("<I", b, len(b) - ICRC_LEN, crc)
+        return bytes(b)
+
+
 # --- fast per-flow frame templates ----------------------------------------------------------
 
 class FrameTemplate:

@@ -41,6 +41,7 @@ import jsonschema
 from dataplane import units, yamlfile
 from dataplane.errors import RailabError
 from dataplane.traffic import roce
+from dataplane.traffic.transport import TRANSPORTS, DcqcnParams, TransportConfig
 
 CLASSES = ("elephant", "mice", "protocol")
 DEFAULT_MIX = {"elephant": 0.7, "mice": 0.2, "protocol": 0.1}
@@ -81,7 +82,7 @@ _weighted = {"type": "array", "minItems": 1,
              "items": {"type": "array", "minItems": 2, "maxItems": 2,
                        "prefixItems": [_size, {"type": "number", "exclusiveMinimum": 0}],
                        "items": False}}
-_dist = {"x-hint": "a size (4096, 64KiB) or {fixed|uniform|lognormal|choice: ...} "
+_dist = {"x-hint": "a size (4096, 64KiB) or {fixed|uniform|lognormal|choice|cdf: ...} "
                    "or a list of [size, weight]",
          "anyOf": [
     _size,
@@ -99,6 +100,9 @@ _dist = {"x-hint": "a size (4096, 64KiB) or {fixed|uniform|lognormal|choice: ...
                                                  "min": _size, "max": _size}}}},
     {"type": "object", "additionalProperties": False, "required": ["choice"],
      "properties": {"choice": _weighted}},
+    {"type": "object", "additionalProperties": False, "required": ["cdf"],
+     "properties": {"cdf": {"type": "string", "minLength": 1},
+                    "scale": {"type": "number", "exclusiveMinimum": 0, "maximum": 1}}},
     _weighted,
 ]}
 _cls = {"type": "object", "additionalProperties": False, "properties": {
@@ -157,6 +161,20 @@ SCHEMA: dict[str, Any] = {
                     "properties": {c: _cls for c in CLASSES}},
         "hosts": {"type": "array", "minItems": 1, "items": _host},
         "pattern": _pattern,
+        "load": {"type": "number", "exclusiveMinimum": 0, "maximum": 1},
+        "transport": {"anyOf": [
+            {"enum": list(TRANSPORTS)},
+            {"type": "object", "additionalProperties": False, "required": ["kind"],
+             "properties": {"kind": {"enum": list(TRANSPORTS)},
+                            "ack_every": {"type": "integer", "minimum": 1},
+                            "window": {"type": "integer", "minimum": 1},
+                            "rto_us": {"type": "number", "exclusiveMinimum": 0},
+                            "nak_delay_us": {"type": "number", "exclusiveMinimum": 0}}}]},
+        "dcqcn": {"anyOf": [
+            {"type": "boolean"},
+            {"type": "object", "additionalProperties": False,
+             "properties": {k: {"type": "number", "exclusiveMinimum": 0}
+                            for k in DcqcnParams.option_names()}}]},
     },
 }
 
@@ -280,6 +298,13 @@ class SizeDist:
             median, sigma, lo, hi = p
             x = int(round(rng.lognormvariate(math.log(median), sigma)))
             return min(max(x, lo), hi)
+        if k == "cdf":
+            sizes, cum, scale = p
+            u = rng.random() * cum[-1]
+            i = next(j for j in range(1, len(cum)) if cum[j] >= u)
+            span = cum[i] - cum[i - 1]
+            x = sizes[i - 1] + (sizes[i] - sizes[i - 1]) * ((u - cum[i - 1]) / span if span else 1.0)
+            return max(1, int(round(x * scale)))
         sizes, weights = p
         return rng.choices(sizes, weights)[0]
 
@@ -293,6 +318,10 @@ class SizeDist:
         if k == "lognormal":
             median, sigma, lo, hi = p
             return min(max(median * math.exp(sigma * sigma / 2), lo), hi)
+        if k == "cdf":
+            sizes, cum, scale = p
+            return scale * sum((cum[i] - cum[i - 1]) * (sizes[i] + sizes[i - 1]) / 2
+                               for i in range(1, len(cum))) / cum[-1]
         sizes, weights = p
         return sum(s * w for s, w in zip(sizes, weights)) / sum(weights)
 
@@ -317,11 +346,37 @@ def parse_dist(d: Any, where: str) -> SizeDist:
             if lo > hi:
                 raise ValueError(f"min {lo} > max {hi}")
             return SizeDist("lognormal", (parse_size(ln["median"]), float(ln["sigma"]), lo, hi))
+        if "cdf" in d:
+            sizes, cum = read_cdf(d["cdf"])
+            return SizeDist("cdf", (sizes, cum, float(d.get("scale", 1.0))))
         pairs = d["choice"]
         return SizeDist("choice", (tuple(parse_size(s) for s, _ in pairs),
                                    tuple(float(w) for _, w in pairs)))
     except (ValueError, KeyError, TypeError) as e:
         raise WorkloadError(f"{where}: {e}") from None
+
+
+CDF_DIR = Path(__file__).parent / "cdf"
+
+
+def read_cdf(name: str) -> tuple[tuple[int, ...], tuple[float, ...]]:
+    """A flow-size CDF: a shipped one by name (dataplane/traffic/cdf/<name>.txt, e.g.
+    websearch) or a file of "size cumulative-percent" lines."""
+    path = CDF_DIR / f"{name}.txt" if "/" not in name and not name.endswith(".txt") else Path(name)
+    try:
+        rows = [line.split() for line in path.read_text().splitlines()
+                if line.strip() and not line.lstrip().startswith("#")]
+        sizes = tuple(int(float(r[0])) for r in rows)
+        cum = tuple(float(r[1]) for r in rows)
+    except OSError:
+        known = ", ".join(sorted(p.stem for p in CDF_DIR.glob("*.txt")))
+        raise ValueError(f"cdf {name!r}: no such distribution (shipped: {known}) or file") from None
+    except (IndexError, ValueError):
+        raise ValueError(f"cdf {name!r}: lines must be 'size cumulative-percent'") from None
+    if len(sizes) < 2 or any(b < a for a, b in zip(sizes, sizes[1:])) \
+            or any(b < a for a, b in zip(cum, cum[1:])) or cum[-1] <= 0:
+        raise ValueError(f"cdf {name!r}: sizes and percentages must rise")
+    return sizes, cum
 
 
 @dataclass(frozen=True)
@@ -344,6 +399,8 @@ class Workload:
     pattern: dict[str, Any]
     hosts: list[Host] = field(default_factory=list)
     source: str = "<workload>"
+    transport: TransportConfig = field(default_factory=TransportConfig)
+    load: float | None = None      # offered load as a fraction of the NIC's line rate (the experiment sets `rate`)
 
     @property
     def mtu_frame_bytes(self) -> int:
@@ -389,7 +446,8 @@ def load_dict(doc: Any, source: str = "<workload>") -> Workload:
             mtu=int(doc.get("mtu", 1024)),
             rate=parse_rate(doc.get("rate", "100Mbps")),
             mix=mix, classes=classes, pattern=doc["pattern"],
-            hosts=hosts_from_list(doc.get("hosts", [])), source=source)
+            hosts=hosts_from_list(doc.get("hosts", [])), source=source,
+            transport=_transport(doc, source), load=doc.get("load"))
     except ValueError as e:
         raise WorkloadError(f"{source}: {e}") from None
     if wl.pattern["type"] == "flows":
@@ -400,6 +458,23 @@ def load_dict(doc: Any, source: str = "<workload>") -> Workload:
     elif "flows" in wl.pattern:
         raise WorkloadError(f"{source}: pattern.flows: only allowed with type 'flows'")
     return wl
+
+
+def _transport(doc: dict, source: str) -> TransportConfig:
+    raw = doc.get("transport", "open-loop")
+    spec = {"kind": raw} if isinstance(raw, str) else dict(raw)
+    dcqcn = doc.get("dcqcn", False)
+    if dcqcn is not False and spec["kind"] == "open-loop":
+        raise WorkloadError(f"{source}: dcqcn: needs a closed-loop transport (go-back-n or "
+                            "selective-repeat); the open-loop sender keeps its rate")
+    params = None
+    if dcqcn is not False:
+        over = dcqcn if isinstance(dcqcn, dict) else {}
+        if any(over.get(k, 0.5) > 1 for k in ("g", "rai_fraction", "rhai_fraction", "min_rate_fraction")):
+            raise WorkloadError(f"{source}: dcqcn: g and the *_fraction options are fractions (at most 1)")
+        params = DcqcnParams(**{k: (int(v) if k in ("byte_counter", "fast_recovery") else float(v))
+                                for k, v in over.items()})
+    return TransportConfig(**spec, dcqcn=params)
 
 
 def load(path: str | Path) -> Workload:

@@ -79,10 +79,10 @@ def railab(*args: str, check: bool = True, timeout: float = 180,
 
 
 @contextlib.contextmanager
-def deployed(kind: str, prefix: str):
-    """A shipped lab deployed under a unique name for a module's tests; destroyed at the
-    end, also on failure, and checked to leave nothing behind."""
-    spec = spec_from(shipped(kind), unique_name(prefix))
+def deployed(kind: str | Path, prefix: str):
+    """A shipped lab (by kind) or a lab file deployed under a unique name for a module's
+    tests; destroyed at the end, also on failure, and checked to leave nothing behind."""
+    spec = spec_from(shipped(kind) if isinstance(kind, str) else kind, unique_name(prefix))
     lifecycle.deploy(spec)
     try:
         yield spec

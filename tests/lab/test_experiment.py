@@ -23,7 +23,13 @@ def _write(tmp_path: Path, text: str, name: str = "exp.yml") -> Path:
 
 LAB = (ROOT / "labs" / "rail-optimized" / "rail-optimized.clab.yml").as_posix()
 WL = "{rate: 1Mbps, pattern: {type: all-to-all}}"      # a valid workload
+TP = "port_model: {scale: 0.000005}\n"   # 400G x 5e-6 = 2 Mb/s NICs
 SAYS = {"event-not-a-link": "not the two ends of a link", "event-bad-speed": "speed",
+        "transport-zero-window": "transport.window", "transport-unknown": "transport",
+        "transport-rate-above-line": "above the NICs' line rate",
+        "transport-dcqcn-open-loop": "dcqcn: needs a closed-loop transport",
+        "transport-dcqcn-unknown-option": "dcqcn", "transport-no-scale": "port_model: scale",
+        "transport-load-above-one": "load",
         "mode-unknown-switch": "'nope' is not a switch", "mode-weights-misfit": "2 given"}
 BAD = {
     "not-yaml": "name: [unclosed\n",
@@ -58,6 +64,21 @@ BAD = {
                       "events: [{at: 1, fault: plane-down, plane: 1}]\n",
     "event-missing-field": f"name: x\nlab: {LAB}\nmodes: [ecmp]\nworkload: {{rate: 1Mbps}}\n"
                            "events: [{at: 1, fault: degrade, port: 'spine1:down1'}]\n",
+    "transport-zero-window": f"name: x\nlab: {LAB}\nmodes: [ecmp]\n{TP}"
+                             "workload: {pattern: {type: all-to-all}, transport: {kind: go-back-n, window: 0}}\n",
+    "transport-unknown": f"name: x\nlab: {LAB}\nmodes: [ecmp]\n{TP}"
+                         "workload: {pattern: {type: all-to-all}, transport: tcp}\n",
+    "transport-rate-above-line": f"name: x\nlab: {LAB}\nmodes: [ecmp]\n{TP}"
+                                 "workload: {rate: 3Mbps, pattern: {type: all-to-all}, transport: go-back-n}\n",
+    "transport-dcqcn-open-loop": f"name: x\nlab: {LAB}\nmodes: [ecmp]\n{TP}"
+                                 "workload: {rate: 1Mbps, pattern: {type: all-to-all}, dcqcn: on}\n",
+    "transport-dcqcn-unknown-option": f"name: x\nlab: {LAB}\nmodes: [ecmp]\n{TP}"
+                                      "workload: {pattern: {type: all-to-all}, transport: go-back-n, "
+                                      "dcqcn: {timer: 5}}\n",
+    "transport-no-scale": f"name: x\nlab: {LAB}\nmodes: [ecmp]\n"
+                          "workload: {rate: 1Mbps, pattern: {type: all-to-all}, transport: go-back-n}\n",
+    "transport-load-above-one": f"name: x\nlab: {LAB}\nmodes: [ecmp]\n{TP}"
+                                "workload: {load: 1.5, pattern: {type: all-to-all}, transport: go-back-n}\n",
 }
 
 
