@@ -7,12 +7,11 @@ from __future__ import annotations
 import ctypes as ct
 import errno
 import os
+from pathlib import Path
 
-from pyroute2 import IPRoute
-from pyroute2.netlink import NLA_F_NESTED, NLM_F_ACK, NLM_F_REQUEST, nla, nlmsg
-from pyroute2.netlink.exceptions import NetlinkError
-from pyroute2.netlink.rtnl import RTM_SETLINK
 
+from dataplane import bpf_abi as abi
+from dataplane import rtnl
 from dataplane.errors import RuntimeStateError
 from dataplane.netns_util import in_netns
 from dataplane.progtest import obj_pin
@@ -31,16 +30,34 @@ class DataplaneError(RuntimeStateError):
     """The data plane cannot do what was asked (bad id, unknown port, map full, ...)."""
 
 
-# bcc is imported where it is used, on purpose: it is only on root/test machines, and the
-# CLI, the unit tests and the agent's protocol must load without it.
+_LIB = None
+
+
 def _lib():
-    from bcc.libbcc import lib
-    return lib
+    """bcc's map calls from libbcc_bpf (the small libbpf part of bcc), loaded on first use:
+    it is only on root/test machines, and loading bcc's whole libbcc (LLVM inside) costs
+    a deploy about a second that a warm start (dataplane.bpfcache) does not need."""
+    global _LIB
+    if _LIB is None:
+        lib = ct.CDLL("libbcc_bpf.so.0", use_errno=True)
+        for name in ("bpf_lookup_elem", "bpf_get_next_key"):
+            getattr(lib, name).argtypes = [ct.c_int, ct.c_void_p, ct.c_void_p]
+            getattr(lib, name).restype = ct.c_int
+        lib.bpf_update_elem.argtypes = [ct.c_int, ct.c_void_p, ct.c_void_p, ct.c_ulonglong]
+        lib.bpf_update_elem.restype = ct.c_int
+        lib.bpf_delete_elem.argtypes = [ct.c_int, ct.c_void_p]
+        lib.bpf_delete_elem.restype = ct.c_int
+        _LIB = lib
+    return _LIB
 
 
 def _possible_cpus() -> int:
-    from bcc.utils import get_possible_cpus
-    return len(get_possible_cpus())
+    """How many CPUs per-CPU maps hold values for (the kernel's 'possible' set)."""
+    count = 0
+    for part in Path("/sys/devices/system/cpu/possible").read_text().strip().split(","):
+        low, _, high = part.partition("-")
+        count += int(high or low) - int(low) + 1
+    return count
 
 
 class BpfMaps:
@@ -64,6 +81,27 @@ class BpfMaps:
 
     def delete(self, name: str, key) -> bool:
         return _lib().bpf_delete_elem(self.fds[name], ct.byref(key)) == 0
+
+    def keys(self, name: str) -> list:
+        """Every key of a hash-like map now (a list: callers may delete while going through
+        it), typed as bpf_abi.MAPS says."""
+        key_type = abi.MAPS[name][0]
+        out, key, prev = [], key_type(), None
+        while _lib().bpf_get_next_key(self.fds[name], None if prev is None else ct.byref(prev),
+                                      ct.byref(key)) == 0:
+            out.append(key)
+            prev, key = key, key_type()
+        return out
+
+    def items(self, name: str) -> list:
+        """(key, value) of every entry still there (see keys)."""
+        value_type = abi.MAPS[name][1]
+        out = []
+        for key in self.keys(name):
+            value = value_type()
+            if self.lookup(name, key, value):
+                out.append((key, value))
+        return out
 
     def percpu(self, name: str, index: int, leaf: type) -> list:
         buf = (leaf * self.ncpus)()
@@ -128,41 +166,11 @@ def _ensure_bpffs(directory: str) -> None:
 
 
 # ---------------------------------------------------------------------- attach / detach
-_XDP_SETLINK = None
-
-
-def _xdp_setlink_class():
-    """An RTM_SETLINK message that carries only IFLA_XDP, with the kernel's own types.
-
-    pyroute2 0.7 (Debian 12) encodes IFLA_XDP_FLAGS as a 2-byte big-endian field, which
-    the kernel refuses with ERANGE, so the attribute layout is spelled out here. It derives
-    from nlmsg, not ifinfmsg: a subclass of ifinfmsg would inherit ifinfmsg's attribute
-    tables once pyroute2 has compiled them (after any link dump), and with them the bug."""
-    global _XDP_SETLINK
-    if _XDP_SETLINK is None:
-        class xdp_setlink(nlmsg):
-            prefix = "IFLA_"
-            fields = (("family", "B"), ("__align", "x"), ("ifi_type", "H"), ("index", "i"),
-                      ("flags", "I"), ("change", "I"))   # struct ifinfomsg
-            nla_map = ((43, "IFLA_XDP", "xdp"),)        # IFLA_XDP in linux/if_link.h
-
-            class xdp(nla):
-                nla_flags = NLA_F_NESTED
-                nla_map = ((1, "IFLA_XDP_FD", "int32"), (3, "IFLA_XDP_FLAGS", "uint32"))
-
-        _XDP_SETLINK = xdp_setlink
-    return _XDP_SETLINK
-
-
-def _set_xdp(ipr, ifindex: int, fd: int, flags: int) -> None:
-    msg = _xdp_setlink_class()()
-    msg["index"] = ifindex
-    msg["attrs"] = [("IFLA_XDP", {"attrs": [("IFLA_XDP_FD", fd), ("IFLA_XDP_FLAGS", flags)]})]
-    # tuple(): some pyroute2 versions answer with a generator that sends nothing until consumed
-    tuple(ipr.nlm_request(msg, msg_type=RTM_SETLINK, msg_flags=NLM_F_REQUEST | NLM_F_ACK))
-
-
 def _ipr_in(netns: str | None):
+    # deferred on purpose: pyroute2 takes 0.5 s to import (several on a busy machine),
+    # and the agent's start (which uses only attach) would wait for it on every deploy
+    from pyroute2 import IPRoute
+
     with in_netns(netns):   # the netlink socket stays bound to the netns it was opened in
         return IPRoute()
 
@@ -183,30 +191,32 @@ def attached_xdp(netns: str | None, ifindex: int) -> tuple[str | None, int]:
             "xdpmulti": "multi"}.get(mode, mode), prog_id
 
 
-def attach_xdp(netns: str, ifindex: int, prog_fd: int, *, mode: str = "drv") -> str:
-    """Attach prog_fd to ifindex in netns over netlink (IFLA_XDP); replaces any program.
-
-    mode 'drv' (native; veth supports it) falls back to 'generic' only if the
-    driver attach fails. Returns the mode used.
-    """
+def attach_xdp_ports(netns: str, ifindexes: list[int], prog_fd: int, *, mode: str = "drv") -> dict[int, str]:
+    """Attach prog_fd to every ifindex in netns (replacing any program), one netlink batch
+    for all of them. mode 'drv' (native; veth supports it) falls back to 'generic' for a
+    port whose driver attach fails. Returns the mode used per ifindex."""
     if mode not in _XDP_MODE_FLAGS:
         raise ValueError(f"unknown XDP mode {mode!r}")
-    ipr = _ipr_in(netns)
-    try:
-        try:
-            _set_xdp(ipr, ifindex, prog_fd, _XDP_MODE_FLAGS[mode])
-            return "generic" if _XDP_MODE_FLAGS[mode] == XDP_FLAGS_SKB_MODE else "drv"
-        except NetlinkError as e:
-            if _XDP_MODE_FLAGS[mode] != XDP_FLAGS_DRV_MODE:
-                raise DataplaneError(f"XDP attach to ifindex {ifindex} in {netns}: {e}") from None
-            first = e
-        try:
-            _set_xdp(ipr, ifindex, prog_fd, XDP_FLAGS_SKB_MODE)
-            return "generic"
-        except NetlinkError as e:
-            raise DataplaneError(f"XDP attach to ifindex {ifindex} in {netns}: drv: {first}; generic: {e}") from None
-    finally:
-        ipr.close()
+    flags = _XDP_MODE_FLAGS[mode]
+    with rtnl.Socket(netns) as sock:
+        failed = sock.run([rtnl.xdp(i, prog_fd, flags, f"XDP attach to ifindex {i} in {netns}")
+                           for i in ifindexes], keep_going=True)
+        used = {i: "generic" if flags == XDP_FLAGS_SKB_MODE else "drv" for i in ifindexes}
+        if failed and flags != XDP_FLAGS_DRV_MODE:
+            raise DataplaneError(str(failed[0])) from None
+        if failed:
+            retry = [e.key for e in failed]
+            again = sock.run([rtnl.xdp(i, prog_fd, XDP_FLAGS_SKB_MODE, f"XDP attach to ifindex {i} in {netns}")
+                              for i in retry], keep_going=True)
+            if again:
+                raise DataplaneError(f"{failed[0]} (drv); {again[0].text or again[0]} (generic)") from None
+            used.update({i: "generic" for i in retry})
+    return used
+
+
+def attach_xdp(netns: str, ifindex: int, prog_fd: int, *, mode: str = "drv") -> str:
+    """Attach prog_fd to one ifindex in netns (see attach_xdp_ports). Returns the mode used."""
+    return attach_xdp_ports(netns, [ifindex], prog_fd, mode=mode)[ifindex]
 
 
 def detach_xdp(netns: str, ifindex: int) -> None:
@@ -215,8 +225,4 @@ def detach_xdp(netns: str, ifindex: int) -> None:
     if mode is None:
         return
     flags = XDP_FLAGS_SKB_MODE if mode == "generic" else XDP_FLAGS_DRV_MODE
-    ipr = _ipr_in(netns)
-    try:
-        _set_xdp(ipr, ifindex, -1, flags)
-    finally:
-        ipr.close()
+    rtnl.run_in(netns, [rtnl.xdp(ifindex, -1, flags, f"XDP detach from ifindex {ifindex} in {netns}")])

@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 
 from dataplane import bpf_abi as abi
+from dataplane import bpfcache
 from dataplane.bpfio import BPF_F_LOCK, BpfMaps, DataplaneError
 
 BPF_DIR = Path(__file__).resolve().parent.parent / "bpf"
@@ -116,8 +117,6 @@ class SwitchDataplane:
                  port_index_slots: int | None = None,
                  route_cache_slots: int = abi.ROUTE_CACHE_SLOTS, debug: bool = False,
                  extra_cflags: list[str] | tuple[str, ...] = ()):
-        from bcc import BPF      # deferred on purpose: bcc is only on root/test machines
-
         if not 1 <= max_ports <= 65536:
             raise ValueError("max_ports must be 1..65536 (slots are u16)")
         if not 1 <= max_members <= 65535:
@@ -156,16 +155,18 @@ class SwitchDataplane:
         ]
         if debug:
             self.cflags.append("-DRAILAB_DEBUG=1")   # bpf_trace_printk on every drop
-        t0 = time.monotonic()
-        self._bpf = BPF(src_file=str(SWITCH_C).encode(), cflags=self.cflags)
-        self._fn = self._bpf.load_func(PROG_NAME.encode(), BPF.XDP)
-        self.compile_seconds = time.monotonic() - t0
-        self.prog_fd: int = self._fn.fd
-        # XDP_PASS-only program from the same object, for the host end of switch links
-        self.pass_prog_fd: int = self._bpf.load_func(b"xdp_pass", BPF.XDP).fd
-        # tc ingress program of real-queue ports (see dataplane.realqueue)
-        self.handoff_prog_fd: int = self._bpf.load_func(HANDOFF_PROG_NAME.encode(), BPF.SCHED_CLS).fd
-        self.maps = BpfMaps({name: self._bpf[name.encode()].map_fd for name in abi.MAPS})
+        self._object = bpfcache.load(SWITCH_C, self.cflags, {
+            PROG_NAME: bpfcache.PROG_XDP,
+            "xdp_pass": bpfcache.PROG_XDP,     # XDP_PASS only, for the host end of switch links
+            # tc ingress of real-queue ports (dataplane.realqueue)
+            HANDOFF_PROG_NAME: bpfcache.PROG_SCHED_CLS,
+        })
+        self.compile_seconds = self._object.seconds
+        self.bpf_cache = self._object.cache    # warm | cold | off
+        self.prog_fd: int = self._object.progs[PROG_NAME]
+        self.pass_prog_fd: int = self._object.progs["xdp_pass"]
+        self.handoff_prog_fd: int = self._object.progs[HANDOFF_PROG_NAME]
+        self.maps = BpfMaps({name: self._object.maps[name] for name in abi.MAPS})
         # shadow state (the maps are the truth for the data path; this is for the API)
         self._ports: dict[int, abi.PortInfo] = {}
         self._slot_owner: dict[int, int] = {}
@@ -217,7 +218,7 @@ class SwitchDataplane:
         """Release the bcc object and our fds. Attached XDP programs stay attached."""
         if not self._closed:
             self._closed = True
-            self._bpf.cleanup()
+            self._object.close()
 
     def __enter__(self):
         return self
@@ -332,21 +333,16 @@ class SwitchDataplane:
     def learned_hosts(self) -> list[dict]:
         """Hosts learned from ARP: switch_id, ip, ifindex, mac, last_ns (monotonic ns)."""
         out = []
-        for k, v in self._bpf[b"arp_learned"].items():
+        for k, v in self.maps.items("arp_learned"):
             out.append({"switch_id": k.switch_id, "ip": abi.ip_str(k.ip),
                         "ifindex": v.ifindex, "mac": abi.mac_str(v.mac), "last_ns": v.last_ns})
         return out
 
     def forget_learned(self, switch_id: int | None = None) -> int:
         n = 0
-        tbl = self._bpf[b"arp_learned"]
-        for k in list(tbl.keys()):
-            if switch_id is None or k.switch_id == switch_id:
-                try:
-                    del tbl[k]
-                    n += 1
-                except KeyError:
-                    pass
+        for k in self.maps.keys("arp_learned"):
+            if (switch_id is None or k.switch_id == switch_id) and self.maps.delete("arp_learned", k):
+                n += 1
         return n
 
     # ------------------------------------------------------------------ switch reset
@@ -359,15 +355,10 @@ class SwitchDataplane:
         pset = set(ports)
         gids = [gid for gid, g in self._groups.items() if any(ifx in pset for ifx, _ in g.members)]
         gset = set(gids)
-        fl = self._bpf[b"flowlets"]
         flows = 0
-        for k in list(fl.keys()):
-            if k.group_id in gset:
-                try:
-                    del fl[k]
-                    flows += 1
-                except KeyError:
-                    pass
+        for k in self.maps.keys("flowlets"):
+            if k.group_id in gset and self.maps.delete("flowlets", k):
+                flows += 1
         for gid in gids:
             g = self._groups[gid]
             self._write_header(gid, g)          # rr = 0, down_mask from the ports
@@ -791,7 +782,7 @@ class SwitchDataplane:
     def flowlet_stats(self, group_id: int) -> dict:
         """Flows of a group in the flowlet table and how many flowlets they had in all."""
         flows = flowlets = 0
-        for k, v in self._bpf[b"flowlets"].items():
+        for k, v in self.maps.items("flowlets"):
             if k.group_id == group_id:
                 flows += 1
                 flowlets += v.flowlets
@@ -816,7 +807,7 @@ class SwitchDataplane:
         """Every flow_seen entry: egress slot, 5-tuple (addresses as dotted strings, proto
         number), estimated bytes and frames, first and last sampled ns (CLOCK_MONOTONIC)."""
         out = []
-        for k, v in self._bpf[b"flow_seen"].items():
+        for k, v in self.maps.items("flow_seen"):
             out.append({"slot": k.slot, "src": abi.ip_str(k.saddr), "dst": abi.ip_str(k.daddr),
                         "sport": k.sport, "dport": k.dport, "proto": k.proto,
                         "bytes": v.bytes, "packets": v.packets,
@@ -825,10 +816,9 @@ class SwitchDataplane:
 
     def forget_flows_seen(self, older_than_ns: int) -> int:
         """Delete entries whose last frame is before older_than_ns; returns how many."""
-        table = self._bpf[b"flow_seen"]
-        stale = [k for k, v in table.items() if v.last_ns < older_than_ns]
+        stale = [k for k, v in self.maps.items("flow_seen") if v.last_ns < older_than_ns]
         for k in stale:
-            self.maps.delete("flow_seen", abi.FlowSeenKey.from_buffer_copy(k))
+            self.maps.delete("flow_seen", k)
         return len(stale)
 
     # ------------------------------------------------------------------ counters

@@ -1,6 +1,9 @@
 """`python -m dataplane.agent LAB --ready-fd N`: the lab's agent (see dataplane.agent.server)."""
 import sys
+import time
 
-from dataplane.agent.server import main
+STARTED = time.monotonic()   # before the imports, which are a phase of bring-up too
 
-sys.exit(main())
+from dataplane.agent.server import main  # noqa: E402
+
+sys.exit(main(started=STARTED))

@@ -62,8 +62,6 @@ import struct
 import threading
 import time
 
-from pyroute2 import IPRoute
-
 from dataplane.netns_util import in_netns
 from dataplane.settings import merged
 
@@ -148,6 +146,10 @@ def _parse_links(data: bytes):
 
 def _link_states(netns: str, ifindexes: list[int]) -> dict[int, bool]:
     """{ifindex: IFF_UP and IFF_LOWER_UP} read over netlink in netns."""
+    # deferred on purpose: pyroute2 takes 0.5 s to import (several on a busy machine),
+    # time the agent's start would otherwise add to every deploy
+    from pyroute2 import IPRoute
+
     with in_netns(netns):
         ipr = IPRoute()
     try:
@@ -559,6 +561,39 @@ class FabricMonitor:
                     if peer is not None and peer.role == "host":
                         self.dp.set_port_learn(iface.ifindex, True)
 
+    def expected_hosts(self) -> set[tuple[str, str]]:
+        """(leaf, host address) of every host port: what learning finds once all announced."""
+        out = set()
+        for host in self.spec.hosts:
+            for nic in self.spec.host_nics.get(host.name, []):
+                for port in nic.ports:
+                    out.add((host.interface(port).peer_node, nic.address.split("/")[0]))
+        return out
+
+    def wait_learned(self, timeout_s: float, quiet_s: float = 1.0) -> int:
+        """Wait until every host port is learned (its /32 routes installed), announcing
+        again the hosts still missing whenever learning makes no progress for quiet_s.
+        Returns how many are missing at the end (0: the fabric knows every host)."""
+        if not self.cfg["learn"]:
+            return 0
+        expected = self.expected_hosts()
+        deadline = time.monotonic() + timeout_s
+        progress_at, seen = time.monotonic(), -1
+        while True:
+            with self.lock:
+                missing = expected - set(self.learned)
+            if not missing or time.monotonic() > deadline:
+                return len(missing)
+            if len(missing) != seen:
+                progress_at, seen = time.monotonic(), len(missing)
+            elif time.monotonic() - progress_at > quiet_s:
+                hosts = {h.name for h in self.spec.hosts for nic in self.spec.host_nics.get(h.name, [])
+                         for port in nic.ports
+                         if (h.interface(port).peer_node, nic.address.split("/")[0]) in missing}
+                announce_hosts(self.spec, sorted(hosts))
+                progress_at = time.monotonic()
+            time.sleep(0.02)
+
     def _poll_learned(self) -> None:
         gen = self.dp.learn_generation()
         if gen == self.learn_gen:
@@ -573,8 +608,9 @@ class FabricMonitor:
                 key = (node.name, h["ip"])
                 if self.learned.get(key, {}).get("ifindex") == h["ifindex"]:
                     continue
-                self.learned[key] = h
-                for sw in self.p.install_host_route(node, owner[1], h["ip"]):
+                installed = self.p.install_host_route(node, owner[1], h["ip"])
+                self.learned[key] = h     # only once its routes are in (wait_learned counts it)
+                for sw in installed:
                     for (esw, p), t in list(self.excl.items()):   # keep exclusions in force
                         if esw == sw and t and ipaddress.IPv4Address(h["ip"]) in ipaddress.IPv4Network(p):
                             self._apply_excl(self.spec.node(sw), p)
@@ -616,17 +652,20 @@ def announce_hosts(spec, hosts: list[str] | None = None) -> int:
     for node in spec.hosts:
         if hosts is not None and node.name not in hosts:
             continue
-        for nic in spec.host_nics.get(node.name, []):
-            ip = nic.address.split("/")[0]
-            for port in nic.ports:
-                iface = node.interface(port)
-                try:
-                    with in_netns(node.netns):
-                        s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW)
-                    with s:
-                        s.bind((port, 0))
-                        s.send(garp_frame(iface.mac, ip))
+        try:
+            # one packet socket per host, sending out of each port by name
+            with in_netns(node.netns):
+                s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW)
+        except OSError as err:
+            log.warning("GARP from %s: %s", node.name, err)
+            continue
+        with s:
+            for nic in spec.host_nics.get(node.name, []):
+                ip = nic.address.split("/")[0]
+                for port in nic.ports:
+                    try:
+                        s.sendto(garp_frame(node.interface(port).mac, ip), (port, 0))
                         sent += 1
-                except OSError as err:
-                    log.warning("GARP from %s:%s: %s", node.name, port, err)
+                    except OSError as err:
+                        log.warning("GARP from %s:%s: %s", node.name, port, err)
     return sent

@@ -17,7 +17,6 @@ from dataplane.agent.flows import FLOW_SAMPLE_SHIFT
 from dataplane.netns_util import in_netns
 from dataplane.pathtrace import FlowKey, trace
 from dataplane.progtest import prog_test_run
-from dataplane.realqueue import NamespaceQueues
 from dataplane.runtime.labspec import XDP_ATTACH_MODE, LabSpec
 from dataplane.settings import merged
 from dataplane.switch_dataplane import GroupState
@@ -108,6 +107,7 @@ class SwitchProgrammer:
         self._handoff_ports: set[int] = set()        # ifindexes with tc_handoff attached
         self.lb_times: dict[int, dict[str, float]] = {}   # gid -> LB_TIME_DEFAULTS' keys, real us
         self.pfc_sender = None                     # dataplane.agent.pfc.PfcSender while PFC is on
+        self._towards: dict[str, tuple] = {}           # see _paths_towards
 
     # ------------------------------------------------------------ one clock
     def wall_us(self, real_us: float) -> float:
@@ -274,6 +274,9 @@ class SwitchProgrammer:
         many threads."""
         if self.port_model["queue"] == "real" or any(i.ifindex in self._handoff_ports
                                                      for i in node.interfaces):
+            # deferred on purpose: realqueue imports pyroute2 (0.5 s, several on a busy
+            # machine), which the agent's start would otherwise wait for on every deploy
+            from dataplane.realqueue import NamespaceQueues
             return NamespaceQueues(node.netns)
         return contextlib.nullcontext()
 
@@ -332,20 +335,30 @@ class SwitchProgrammer:
                 "speed_bps": model.get("speed_bps", 0), "t_ns": time.monotonic_ns()}
 
     # ------------------------------------------------------------ learned hosts
+    def _paths_towards(self, leaf: str):
+        """(switch -> (node, its interfaces by name), next hops towards leaf), computed once
+        per leaf: the switch graph is the spec's, and a large lab learns thousands of hosts
+        per leaf at start."""
+        cached = self._towards.get(leaf)
+        if cached is None:
+            nodes = {n.name: (n, {i.name: i for i in n.interfaces}) for n in self.spec.switches}
+            graph = {n.name: [(i.peer_node, i.name) for i in n.interfaces if i.peer_node in nodes]
+                     for n in self.spec.switches}
+            cached = self._towards[leaf] = (nodes, controller.nexthops_towards(graph, [leaf]))
+        return cached
+
     def install_host_route(self, leaf, iface, ip: str) -> list[str]:
         """ARP-to-host-route: a host learned on leaf:iface becomes a /32 on the leaf (out of
         that port) and on every switch of the leaf's plane (shortest paths towards the leaf,
         by the controller's next-hop rule), like a leaf advertising it across its plane.
         Returns the switches programmed."""
         prefix = f"{ip}/32"
-        nodes = {n.name: n for n in self.spec.switches}
-        graph = {n.name: [(i.peer_node, i.name) for i in n.interfaces if i.peer_node in nodes]
-                 for n in self.spec.switches}
+        nodes, towards = self._paths_towards(leaf.name)
         done = []
-        for name, edges in controller.nexthops_towards(graph, [leaf.name]).items():
-            node = nodes[name]
+        for name, edges in towards.items():
+            node, by_name = nodes[name]
             hops = (iface.name,) if name == leaf.name else tuple(e[1] for e in edges)
-            gid = self._group(name, hops, {i.name: i for i in node.interfaces})
+            gid = self._group(name, hops, by_name)
             self.dp.add_route(node.switch_id, prefix, gid)
             self.routing.host_routes[(name, prefix)] = gid
             done.append(name)
@@ -550,11 +563,12 @@ class SwitchProgrammer:
             self._write_lb_times(gid)
         return gid
 
-    def attach(self, attach_xdp) -> None:
+    def attach(self, attach_ports) -> None:
+        """XDP on every switch port (in the lab's dataplane mode): attach_ports(netns,
+        ifindexes, prog_fd, mode=...) once per switch."""
         mode = XDP_ATTACH_MODE[self.spec.dataplane]
         for node in self.spec.switches:
-            for iface in node.interfaces:
-                attach_xdp(node.netns, iface.ifindex, self.dp.prog_fd, mode=mode)
+            attach_ports(node.netns, [i.ifindex for i in node.interfaces], self.dp.prog_fd, mode=mode)
 
     def trace(self, flow: dict) -> dict:
         """The path the data plane picks for one flow (see dataplane.pathtrace)."""

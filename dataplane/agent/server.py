@@ -20,9 +20,11 @@ import signal
 import socketserver
 import sys
 import threading
+import time
 import traceback
 from typing import Callable
 
+from dataplane import bpf_abi as abi
 from dataplane.agent import protocol as proto
 from dataplane.agent.flows import heaviest
 from dataplane.agent.kernelswitches import KernelSwitches
@@ -31,13 +33,14 @@ from dataplane.agent.nav import Navigator
 from dataplane.agent.programmer import SwitchProgrammer
 from dataplane import timescale
 from dataplane.runtime import state
-from dataplane.bpfio import attach_xdp
+from dataplane.bpfio import attach_xdp_ports
 from dataplane.switch_dataplane import SwitchDataplane
 
 
 FLOWS_WINDOW_US = 10.0          # real-fabric time (2 s of wall time at scale 5e-6)
 MIN_FLOWS_WINDOW_S = 0.2        # reads of the table from Python resolve no finer
 FLOWS_TOP = 8
+HOSTS_LEARNED_TIMEOUT_S = 60
 
 
 class _Handler(socketserver.StreamRequestHandler):
@@ -139,40 +142,63 @@ class ControlServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
         return {"held": len(r.ifindexes)}
 
 
-def _start_kernel_lab(lab: str, spec) -> tuple[ControlServer, str] | None:
+def _start_kernel_lab(lab: str, spec, mark) -> tuple[ControlServer, str, str] | None:
     """A `--dataplane kernel` lab: nothing to compile or attach (the runtime put the kernel
     routes in); serve counters and the ECMP settings, refuse the rest with the reason."""
     if sys.stdin.readline().strip() != "go":
         return None
+    mark("waiting for the namespaces")
     server = ControlServer(_fresh_socket(spec.name), KernelSwitches(spec))
     server.monitor_absent = ("the lab forwards with the kernel (--dataplane kernel): "
                              "failover notices and ARN need the XDP dataplane")
-    return server, "kernel forwarding"
+    return server, "kernel forwarding", "none"
 
 
-def _start_xdp_lab(lab: str, spec) -> tuple[ControlServer, str] | None:
-    """Compile (while the runtime builds the lab), then on "go" pin, program, attach and
-    start the fabric monitor."""
+def _start_xdp_lab(lab: str, spec, mark) -> tuple[ControlServer, str, str] | None:
+    """Load the XDP object (cached, or compiled while the runtime builds the lab), then on
+    "go" pin, program, attach, start the fabric monitor and wait until every host is
+    learned. Returns (server, note, how the object was loaded)."""
     ports = sum(len(n.interfaces) for n in spec.switches)
     routes = sum(len(r) for r in spec.routes.values())
     # room for learned /32 host routes on every switch (ARP-to-host-route) and for
     # the more specific copies ARN exclusions may add
     host_ports = sum(len(nic.ports) for nics in spec.host_nics.values() for nic in nics)
     routes += host_ports * len(spec.switches) + 64
-    dp = SwitchDataplane(max_ports=max(64, ports + 1), max_routes=max(256, routes + 1))
+    # a group holds every next hop of a route (a large leaf has over a hundred uplinks)
+    widest = max((len(r.nexthops) for rs in spec.routes.values() for r in rs), default=1)
+    # one group per (switch, next hops) at start, one per host port once hosts are
+    # learned (the leaf's route to it), and room for as many again (lb and ARN make
+    # groups at run time)
+    groups = len({(sw, tuple(r.nexthops)) for sw, rs in spec.routes.items() for r in rs})
+    mark("read the lab")
+    dp = SwitchDataplane(max_ports=max(64, ports + 1), max_routes=max(256, routes + 1),
+                         max_members=max(abi.MAX_MEMBERS, widest),
+                         max_groups=max(abi.MAX_GROUPS, 2 * (groups + host_ports) + 64))
+    mark("compile and load (bcc)")
     if sys.stdin.readline().strip() != "go":
         return None
+    mark("waiting for the namespaces")
     # Re-read: a runtime may have learned the ports' ifindexes while the program compiled
     # (containerlab makes the veths; the counts the compile used do not change).
     spec = state.load(lab).spec
     dp.pin(str(state.pin_dir(spec.name)))
+    mark("read the lab again, pin")
     programmer = SwitchProgrammer(spec, dp)
     programmer.program()
-    programmer.attach(attach_xdp)
+    mark("program the maps")
+    programmer.attach(attach_xdp_ports)
+    mark("attach XDP")
     server = ControlServer(_fresh_socket(spec.name), programmer)
     server.monitor = FabricMonitor(programmer, server.lock)
     server.monitor.start()
-    return server, f"{len(programmer.routing.groups)} groups"
+    mark("start the monitor")
+    # ready means forwarding: every host announced itself at the monitor's start, and
+    # its /32 routes must be in the switches before anyone sends to it
+    missing = server.monitor.wait_learned(HOSTS_LEARNED_TIMEOUT_S)
+    if missing:
+        print(f"agent: {missing} host ports not learned after {HOSTS_LEARNED_TIMEOUT_S} s", flush=True)
+    mark("learn every host")
+    return server, f"{len(programmer.routing.groups)} groups", dp.bpf_cache
 
 
 def _fresh_socket(lab: str) -> str:
@@ -182,29 +208,39 @@ def _fresh_socket(lab: str) -> str:
     return str(sock)
 
 
-def main(argv=None) -> int:
+def main(argv=None, started: float | None = None) -> int:
     parser = argparse.ArgumentParser(prog="dataplane.agent")
     parser.add_argument("lab")
     parser.add_argument("--ready-fd", type=int, required=True)
     args = parser.parse_args(argv)
     ready = os.fdopen(args.ready_fd, "w")
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    phases: dict[str, float] = {}
+    last = started if started is not None else time.monotonic()
+
+    def mark(name: str) -> None:
+        nonlocal last
+        now = time.monotonic()
+        phases[name] = round(now - last, 4)
+        last = now
+
+    mark("python start, imports")
     try:
         lab_state = state.load(args.lab)
         if lab_state is None:
             raise RuntimeError(f"no state file for lab {args.lab}")
         spec = lab_state.spec
         start = _start_kernel_lab if spec.dataplane == "kernel" else _start_xdp_lab
-        started = start(args.lab, spec)
-        if started is None:
+        begun = start(args.lab, spec, mark)
+        if begun is None:
             return 1
-        server, note = started
+        server, note, bpf_cache = begun
     except Exception as err:
         traceback.print_exc()
         ready.write(f"error: {type(err).__name__}: {err}\n")
         ready.close()
         return 1
-    ready.write("ready\n")
+    ready.write(f"ready {json.dumps({'phases': phases, 'bpf_cache': bpf_cache})}\n")
     ready.close()
     print(f"agent for lab {spec.name} ready: {note}", flush=True)
     server.serve_forever()

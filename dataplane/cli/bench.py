@@ -2,48 +2,34 @@
 and reported in the README, never asserted as timings in tests)."""
 from __future__ import annotations
 
-import resource
-import time
-import uuid
-from pathlib import Path
+import os
 
-from dataplane.cli.common import output_console
+from dataplane.cli.common import output_console, positive
 from dataplane.runtime.labspec import RUNTIMES
-
-
-def _positive(kind):
-    """argparse type: a finite number above zero (one clear line otherwise)."""
-    import argparse
-    import math
-
-    def parse(text: str):
-        try:
-            value = kind(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-        if not (math.isfinite(value) and value > 0):
-            raise argparse.ArgumentTypeError(f"{text!r}: must be more than 0")
-        return value
-    return parse
 
 
 def register(sub) -> None:
     p = sub.add_parser("bench", help="run a benchmark and print its table")
     which = p.add_subparsers(dest="bench", metavar="BENCH", required=True)
-    d = which.add_parser("deploy", help="deploy/destroy time and peak memory, small and large lab")
-    d.add_argument("--repeat", type=_positive(int), default=1)
+    d = which.add_parser("deploy", help="deploy/destroy time, phases and memory: the shipped and "
+                                        "the 56-node lab, XDP object cache cold and warm")
+    d.add_argument("--repeat", type=positive(int), default=1)
+    d.add_argument("--scale", action="store_true",
+                   help="dual-plane labs of 128 to 1,024 GPUs instead (deploy, probe, destroy)")
+    d.add_argument("--sample", type=positive(int), default=1000, metavar="N",
+                   help="--scale: host pairs each probe sends (every leaf pair, then random)")
     d.add_argument("--runtime", choices=RUNTIMES, default="netns",
                    help="containerlab: rows for the containerlab runtime next to the netns runtime's")
     d.add_argument("--json", action="store_true")
     d.set_defaults(func=run_deploy)
     dp = which.add_parser("dataplane", help="per-packet cost of each load-balancing mode "
                                             "(BPF_PROG_TEST_RUN), next to a bare redirect")
-    dp.add_argument("--runs", type=_positive(int), default=40, help="PROG_TEST_RUN calls per row (median)")
-    dp.add_argument("--repeat", type=_positive(int), default=200, help="program runs per call (< 254: TTL)")
+    dp.add_argument("--runs", type=positive(int), default=40, help="PROG_TEST_RUN calls per row (median)")
+    dp.add_argument("--repeat", type=positive(int), default=200, help="program runs per call (< 254: TTL)")
     dp.add_argument("--json", action="store_true")
     dp.set_defaults(func=run_dataplane)
     tr = which.add_parser("traffic", help="highest paced send rate of one sender vs trafgen")
-    tr.add_argument("--duration", type=_positive(float), default=3.0, help="seconds per measurement")
+    tr.add_argument("--duration", type=positive(float), default=3.0, help="seconds per measurement")
     tr.add_argument("--json", action="store_true")
     tr.set_defaults(func=run_traffic)
     fb = which.add_parser("fabric", help="leaf -> spine -> leaf forwarding rate, railab's XDP switches "
@@ -59,7 +45,7 @@ def register(sub) -> None:
     fb.add_argument("--json", action="store_true")
     fb.set_defaults(func=run_fabric)
     q = which.add_parser("queue", help="TCP through the virtual and the real queue, slow and fast ports")
-    q.add_argument("--duration", type=_positive(float), default=3.0, help="seconds per measurement")
+    q.add_argument("--duration", type=positive(float), default=3.0, help="seconds per measurement")
     q.add_argument("--json", action="store_true")
     q.set_defaults(func=run_queue)
     u = which.add_parser("ui", help="railab ui's updates and CPU on the 56-node dual-plane lab")
@@ -70,84 +56,80 @@ def register(sub) -> None:
     u.set_defaults(func=run_ui)
 
 
-def _mem_used_kib() -> int:
-    fields = {}
-    for line in Path("/proc/meminfo").read_text().splitlines():
-        key, value = line.split(":", 1)
-        fields[key] = int(value.split()[0])
-    return fields["MemTotal"] - fields["MemAvailable"]
-
-
-def _vm_hwm_kib(pid: int) -> int:
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1])
-    except OSError:
-        pass
-    return 0
-
-
-def _labs():
-    from dataplane.topology.clab import read as load_topology
-    from dataplane.topology.generate import generate
-
-    root = Path(__file__).resolve().parents[2]
-    small = load_topology(root / "labs" / "rail-optimized" / "rail-optimized.clab.yml")
-    large = generate("dual-plane", name="bench-large", servers=32, rails=8, spines=4)
-    return [("rail-optimized (shipped)", small), ("dual-plane 32x8, 4+4 spines", large)]
-
-
 def run_deploy(args) -> int:
     import json
 
-    from rich.table import Table
-
-    from dataplane.runtime import labspec, lifecycle, state
+    from dataplane.runtime import deploybench, lifecycle
 
     lifecycle.require_root()
-    runtimes = ["netns"] + (["containerlab"] if args.runtime == "containerlab" else [])
-    rows = []
-    for label, topo in _labs():
-        for runtime in runtimes:
-            for _ in range(args.repeat):
-                topo.name = f"bench-{uuid.uuid4().hex[:6]}"
-                spec = labspec.build(topo, "bench", runtime=runtime)
-                before = _mem_used_kib()
-                t0 = time.monotonic()
-                try:
-                    lifecycle.deploy(spec)
-                    deploy_s = time.monotonic() - t0
-                    after = _mem_used_kib()
-                    agent_pid = state.load(spec.name).agent_pid
-                    agent_kib = _vm_hwm_kib(agent_pid)
-                finally:
-                    t1 = time.monotonic()
-                    lifecycle.destroy(spec.name)
-                    destroy_s = time.monotonic() - t1
-                rows.append({
-                    "lab": label, "runtime": runtime, "nodes": len(spec.nodes),
-                    "links": sum(len(n.interfaces) for n in spec.nodes) // 2,
-                    "deploy_s": round(deploy_s, 2), "destroy_s": round(destroy_s, 2),
-                    "agent_peak_mib": round(agent_kib / 1024),
-                    "deployer_peak_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
-                    "system_delta_mib": round((after - before) / 1024),
-                })
+    if args.scale:
+        if args.runtime != "netns":
+            from dataplane.errors import UsageError
+            raise UsageError("--scale measures the netns runtime only (a 1,024-GPU lab is 152 "
+                             "containers and 4,096 links under containerlab)")
+        rows = deploybench.scale(probe_sample=args.sample)
+    else:
+        runtimes = ["netns"] + (["containerlab"] if args.runtime == "containerlab" else [])
+        rows = deploybench.standard(runtimes, args.repeat)
+    machine = {"cpus": os.cpu_count(), "kernel": os.uname().release,
+               "mem_total_mib": round(deploybench._meminfo_kib("MemTotal") / 1024)}
     if args.json:
-        print(json.dumps({"bench": "deploy", "rows": rows}, indent=2))
+        print(json.dumps({"bench": "deploy-scale" if args.scale else "deploy", "machine": machine,
+                          "rows": rows}, indent=2))
         return 0
-    table = Table(title="railab bench deploy")
+    console = output_console()
+    console.print(_deploy_table(rows, args.scale))
+    console.print(_phase_table(rows))
+    console.print(f"{machine['cpus']} CPUs, kernel {machine['kernel']}, {machine['mem_total_mib']:,} MiB; "
+                  f"1-minute load average {min(r['load_before'] for r in rows)}-"
+                  f"{max(r['load_after'] for r in rows)} during the run (the machine is shared: "
+                  "'cpu s' is the work itself, deployer and agent)")
+    return 0
+
+
+def _deploy_table(rows: list[dict], scale: bool):
+    from rich.table import Table
+
+    table = Table(title="railab bench deploy" + (" --scale" if scale else ""))
     table.add_column("lab", no_wrap=True)
-    table.add_column("runtime", no_wrap=True)
-    columns = {"nodes": "nodes", "links": "links", "deploy_s": "deploy s", "destroy_s": "destroy s",
-               "agent_peak_mib": "agent peak MiB", "deployer_peak_mib": "deployer peak MiB",
-               "system_delta_mib": "system delta MiB"}
+    if not scale:
+        table.add_column("runtime", no_wrap=True)
+    table.add_column("XDP object", no_wrap=True)
+    columns = {"nodes": "nodes", "links": "links", "deploy_s": "deploy s", "cpu_s": "cpu s",
+               "destroy_s": "destroy s", "lab_memory_mib": "lab MiB", "agent_peak_mib": "agent peak MiB"}
     for title in columns.values():
         table.add_column(title, justify="right", no_wrap=True)
+    if scale:
+        table.add_column("probe ok", justify="right", no_wrap=True)
+    table.add_column("load", justify="right", no_wrap=True)
     for row in rows:
-        table.add_row(row["lab"], row["runtime"], *(str(row[key]) for key in columns))
-    output_console().print(table)
-    return 0
+        cells = [row["lab"]] + ([] if scale else [row["runtime"]])
+        cells.append({"warm": "cached", "cold": "compiled", "off": "compiled"}.get(row.get("bpf_cache"), "-"))
+        cells += [f"{row[k]:,}" if isinstance(row.get(k), int) else str(row.get(k, "-")) for k in columns]
+        if scale:
+            probe = row.get("probe")
+            cells.append(f"{probe['ok']:,}/{probe['pairs']:,}" if probe else "-")
+        cells.append(f"{row['load_before']}")
+        table.add_row(*cells)
+    return table
+
+
+def _phase_table(rows: list[dict]):
+    """Seconds per phase, one column per row of the deploy table: the deployer's steps
+    (they add up to the deploy time), then the agent's (in parallel with the deployer's
+    until it waits for the namespaces)."""
+    from rich.table import Table
+
+    table = Table(title="where the deploy time goes (s)")
+    table.add_column("phase", no_wrap=True)
+    for i, row in enumerate(rows, start=1):
+        table.add_column(f"{i}: {row['links']:,} links, {row.get('bpf_cache', '-')}", justify="right",
+                         no_wrap=True)
+    for who, key in (("deployer", "phases"), ("agent", "agent_phases")):
+        names = list(dict.fromkeys(name for row in rows for name in row.get(key, {})))
+        for name in names:
+            table.add_row(f"{who}: {name}", *(f"{row.get(key, {}).get(name, 0):.2f}" for row in rows))
+    return table
 
 
 # ---------------------------------------------------------------- bench dataplane

@@ -1,6 +1,10 @@
 """Helpers shared by the CLI verbs."""
 from __future__ import annotations
 
+import argparse
+import math
+import sys
+
 from dataplane.errors import RuntimeStateError
 from dataplane.runtime import state
 
@@ -27,8 +31,20 @@ def single_lab(lab: str | None) -> str:
 def output_console():
     """A rich Console for a command's output. Piped or redirected output gets no width
     limit (rich would cut tables to 80 columns and hide digits); a terminal its own width."""
-    import sys
 
     from rich.console import Console
 
     return Console(width=None if sys.stdout.isatty() else 1000)
+
+
+def positive(kind):
+    """argparse type: a finite number above zero (one clear line otherwise)."""
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+        if not (math.isfinite(value) and value > 0):
+            raise argparse.ArgumentTypeError(f"{text!r}: must be more than 0")
+        return value
+    return parse

@@ -7,6 +7,7 @@ attaches XDP and programs the maps -> state "up". Teardown runs the reverse.
 """
 from __future__ import annotations
 
+import json
 import os
 import select
 import shutil
@@ -14,7 +15,7 @@ import signal
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from dataplane.errors import RuntimeStateError
@@ -37,6 +38,24 @@ class DeployResult:
     lab: str
     already_up: bool
     seconds: float
+    # where the time went: deployer steps in order, then the agent's own steps (it works
+    # in parallel, so its phases overlap the deployer's), seconds each
+    phases: dict[str, float] = field(default_factory=dict)
+    agent_phases: dict[str, float] = field(default_factory=dict)
+    bpf_cache: str = ""          # how the agent got the XDP object: warm | cold | off
+
+
+class _PhaseClock:
+    """Seconds per named step, in order."""
+
+    def __init__(self):
+        self.phases: dict[str, float] = {}
+        self.last = time.monotonic()
+
+    def mark(self, name: str) -> None:
+        now = time.monotonic()
+        self.phases[name] = round(self.phases.get(name, 0.0) + now - self.last, 4)
+        self.last = now
 
 
 def require_root() -> None:
@@ -81,6 +100,7 @@ def deploy(spec: LabSpec) -> DeployResult:
     if lab_leftovers(spec.name):
         destroy(spec.name)
 
+    clock = _PhaseClock()
     lab_state = state.LabState(spec, "deploying", deployer_pid=os.getpid())
     lab_state.save()
     agent = None
@@ -90,23 +110,31 @@ def deploy(spec: LabSpec) -> DeployResult:
             agent, ready_fd = _start_agent(spec.name)
             lab_state.agent_pid = agent.pid
             lab_state.save()
-            steps = (runtime.create, rt.configure_sysctls, rt.configure_all)
-            for step in steps:
+            clock.mark("state file, agent started")
+            steps = (("namespaces, links", runtime.create), ("sysctls, offloads", rt.configure_sysctls),
+                     ("links up, addresses, routes", rt.configure_all))
+            for name, step in steps:
                 interrupted.check()
                 step(spec)
-            lab_state.save()   # the runtime may have learned ifindexes the agent must use
+                clock.mark(name)
+            lab_state.spec_changed()   # the runtime may have learned ifindexes the agent must use
+            lab_state.save()
             interrupted.check()
             agent.stdin.write(b"go\n")
             agent.stdin.close()
-            _wait_ready(spec.name, agent, ready_fd)
+            clock.mark("state file")
+            report = _wait_ready(spec.name, agent, ready_fd)
+            clock.mark("waiting for the agent")
             interrupted.check()
             lab_state.status = "up"
             lab_state.save()
+            clock.mark("state file")
     except BaseException:
         with _signals_held():       # a second Ctrl-C must not stop the cleanup half-way
             destroy(spec.name)
         raise
-    return DeployResult(spec.name, False, time.monotonic() - started)
+    return DeployResult(spec.name, False, time.monotonic() - started, clock.phases,
+                        report.get("phases", {}), report.get("bpf_cache", ""))
 
 
 class _signals_held:
@@ -174,14 +202,19 @@ def _start_agent(lab: str):
     return agent, read_fd
 
 
-def _wait_ready(lab: str, agent: subprocess.Popen, ready_fd: int) -> None:
+def _wait_ready(lab: str, agent: subprocess.Popen, ready_fd: int) -> dict:
+    """Wait for the agent's "ready {report as JSON}" line; returns the report (its phases
+    and how it loaded the XDP object)."""
     try:
         readable, _, _ = select.select([ready_fd], [], [], AGENT_READY_TIMEOUT_S)
-        message = os.read(ready_fd, 4096).decode().strip() if readable else ""
+        message = os.read(ready_fd, 65536).decode().strip() if readable else ""
     finally:
         os.close(ready_fd)
-    if message == "ready":
-        return
+    if message == "ready" or message.startswith("ready "):
+        try:
+            return json.loads(message[len("ready"):] or "{}")
+        except json.JSONDecodeError:
+            return {}
     if not message:
         tail = _log_tail(lab)
         message = f"agent exited or timed out ({tail})" if tail else "agent exited or timed out"

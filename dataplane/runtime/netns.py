@@ -9,19 +9,14 @@ import subprocess
 from contextlib import ExitStack
 from ipaddress import IPv4Interface, IPv4Network
 
-from pyroute2 import IPRoute
-from pyroute2.netlink import NLM_F_ACK, NLM_F_CREATE, NLM_F_EXCL, NLM_F_REQUEST
-from pyroute2.netlink.rtnl import RTM_NEWLINK
-from pyroute2.netlink.rtnl.ifinfmsg import ifinfmsg
-
+from dataplane import ethtool, rtnl
 from dataplane.netns_util import in_netns
 from dataplane.runtime.labspec import LabSpec, NodeSpec
 
 NAME = "netns"
 NETNS_DIR = "/run/netns"
-IFA_F_NOPREFIXROUTE = 0x200
-RTNH_F_ONLINK = 4
 RULE_PRIORITY_BASE = 100
+MAIN_TABLE = 254
 RT_SCOPE_LINK = 253
 NUD_PERMANENT = 0x80
 
@@ -62,6 +57,10 @@ def check(spec: LabSpec) -> None:
 
 def create(spec: LabSpec) -> None:
     create_namespaces(spec)
+    # Before the links: new interfaces inherit the namespace's defaults (IPv6 off, so no
+    # addrconf traffic reaches the switches when the links come up).
+    for node in spec.nodes:
+        set_sysctls(node.netns, _namespace_sysctls(node, spec.dataplane))
     create_links(spec)
 
 
@@ -80,111 +79,152 @@ def create_namespaces(spec: LabSpec) -> None:
         raise RuntimeError(f"creating namespaces failed: {err.strip()}")
 
 
-def _veth_request(name, index, mac, ns_fd, peer_name, peer_index, peer_mac, peer_ns_fd) -> ifinfmsg:
-    # pyroute2's link("add") cannot set the peer's ifindex, which the shared XDP program
-    # needs to be lab-unique, so the request is spelled out.
-    msg = ifinfmsg()
-    msg["index"] = index
-    msg["attrs"] = [
-        ("IFLA_IFNAME", name), ("IFLA_NET_NS_FD", ns_fd), ("IFLA_ADDRESS", mac),
-        ("IFLA_LINKINFO", {"attrs": [
-            ("IFLA_INFO_KIND", "veth"),
-            ("IFLA_INFO_DATA", {"attrs": [
-                ("VETH_INFO_PEER", {"index": peer_index, "attrs": [
-                    ("IFLA_IFNAME", peer_name), ("IFLA_NET_NS_FD", peer_ns_fd),
-                    ("IFLA_ADDRESS", peer_mac),
-                ]}),
-            ]}),
-        ]}),
-    ]
-    return msg
-
-
 def create_links(spec: LabSpec) -> None:
+    """Every veth pair in batches: both ends named, numbered (the shared XDP program needs
+    lab-unique ifindexes) and placed in their namespaces by one request each."""
     with ExitStack() as stack:
         fds = {}
         for node in spec.nodes:
-            fd = os.open(os.path.join(NETNS_DIR, node.netns), os.O_RDONLY)
+            fd = os.open(os.path.join(NETNS_DIR, node.netns), os.O_RDONLY | os.O_CLOEXEC)
             stack.callback(os.close, fd)
             fds[node.name] = fd
-        ipr = stack.enter_context(IPRoute())
-        for node, iface, peer_node, peer in spec.links():
-            msg = _veth_request(iface.name, iface.ifindex, iface.mac, fds[node.name],
-                                peer.name, peer.ifindex, peer.mac, fds[peer_node.name])
-            # tuple(): some pyroute2 versions answer with a generator that sends
-            # nothing until it is consumed.
-            tuple(ipr.nlm_request(msg, msg_type=RTM_NEWLINK,
-                                  msg_flags=NLM_F_REQUEST | NLM_F_ACK | NLM_F_CREATE | NLM_F_EXCL))
+        sock = stack.enter_context(rtnl.Socket())
+        sock.run(rtnl.veth(iface.name, iface.ifindex, iface.mac, fds[node.name],
+                           peer.name, peer.ifindex, peer.mac, fds[peer_node.name],
+                           label=f"link {node.name}:{iface.name} - {peer_node.name}:{peer.name}")
+                 for node, iface, peer_node, peer in spec.links())
 
 
-def _sysctl_script(node: NodeSpec, dataplane: str = "xdp") -> str:
+def _namespace_sysctls(node: NodeSpec, dataplane: str = "xdp") -> dict[str, str]:
+    """The namespace-wide settings of a railab node (none for a user's own container)."""
     if node.external:
-        # A user's own container keeps its settings; only what the XDP fabric needs of any
-        # receiver: GRO on, so frames redirected into its veth are accepted (tx checksum
-        # offload is already off: containerlab turns it off on both ends of its links).
-        return "\n".join(f"ethtool -K {i.name} gro on >/dev/null" for i in node.interfaces) or "true"
+        return {}
     kernel_switch = node.role != "host" and dataplane == "kernel"
-    lines = [
-        "sysctl -qw net.ipv6.conf.all.disable_ipv6=1 net.ipv6.conf.default.disable_ipv6=1",
+    values = {
+        "net/ipv6/conf/all/disable_ipv6": "1", "net/ipv6/conf/default/disable_ipv6": "1",
         # XDP switches forward only in XDP: the kernel must not forward behind their back.
         # Kernel switches forward with Linux, hashing multipath routes on the L4 5-tuple
         # (the lab is IPv4-only: IPv6 is off everywhere).
-        f"sysctl -qw net.ipv4.ip_forward={1 if kernel_switch else 0}",
-        "sysctl -qw net.ipv4.conf.all.rp_filter=0 net.ipv4.conf.default.rp_filter=0",
-    ]
+        "net/ipv4/ip_forward": "1" if kernel_switch else "0",
+        "net/ipv4/conf/all/rp_filter": "0", "net/ipv4/conf/default/rp_filter": "0",
+    }
     if kernel_switch:
-        lines.append("sysctl -qw net.ipv4.fib_multipath_hash_policy=1 "
-                     "net.ipv4.conf.all.send_redirects=0 net.ipv4.conf.default.send_redirects=0")
+        values.update({"net/ipv4/fib_multipath_hash_policy": "1",
+                       "net/ipv4/conf/all/send_redirects": "0",
+                       "net/ipv4/conf/default/send_redirects": "0"})
     if node.role == "host":
-        lines.append("sysctl -qw net.ipv4.fib_multipath_hash_policy=1")
+        values["net/ipv4/fib_multipath_hash_policy"] = "1"
         # a port that lost carrier leaves the host's multipath routes at once (dual-plane
         # hosts move their flows to the other plane; back when the carrier returns)
-        lines.append("sysctl -qw net.ipv4.conf.all.ignore_routes_with_linkdown=1 "
-                     "net.ipv4.conf.default.ignore_routes_with_linkdown=1")
-    for iface in node.interfaces:
-        lines.append(f"sysctl -qw net.ipv4.conf.{iface.name}.rp_filter=0")
-        if node.role == "host":
-            # A frame redirected by XDP loses its 'checksum still to do' mark, so hosts
-            # must checksum in software; GRO lets a veth accept redirected frames.
-            lines.append(f"ethtool -K {iface.name} tx off gro on >/dev/null")
-    return "\n".join(lines)
+        values["net/ipv4/conf/all/ignore_routes_with_linkdown"] = "1"
+        values["net/ipv4/conf/default/ignore_routes_with_linkdown"] = "1"
+    return values
+
+
+def set_sysctls(netns: str, values: dict[str, str]) -> None:
+    """Write /proc/sys entries of a namespace from this thread (setns: /proc/sys/net shows
+    the namespace of the thread that opens it), instead of a sysctl process per entry."""
+    if not values:
+        return
+    with in_netns(netns):
+        for key, value in values.items():
+            try:
+                with open(f"/proc/sys/{key}", "w") as f:
+                    f.write(value)
+            except OSError as err:
+                raise RuntimeError(f"{netns}: sysctl {key.replace('/', '.')}={value}: "
+                                   f"{err.strerror}") from None
+
+
+def make_room_in_arp_table(spec: LabSpec) -> None:
+    """The kernel's ARP table is one table for every namespace, capped machine-wide by
+    net.ipv4.neigh.default.gc_thresh3 (1,024 by default): every host port resolves its
+    gateway, so a 1,024-GPU lab (2,048 host ports) overflows it and a third of its hosts
+    cannot send ("neighbor table overflow" in the kernel log). Raise the caps (never
+    lower them; they stay raised, like any host tuning for many containers)."""
+    ports = sum(len(n.interfaces) for n in spec.hosts)
+    for name, wanted in (("gc_thresh2", 512 + 2 * ports), ("gc_thresh3", 1024 + 4 * ports)):
+        path = f"/proc/sys/net/ipv4/neigh/default/{name}"
+        try:
+            with open(path) as f:
+                current = int(f.read())
+            if current < wanted:
+                with open(path, "w") as f:
+                    f.write(str(wanted))
+        except OSError as err:
+            raise RuntimeError(f"sysctl net.ipv4.neigh.default.{name}={wanted}: {err.strerror}") from None
 
 
 def configure_sysctls(spec: LabSpec) -> None:
-    procs = []
+    """The machine's ARP table caps (make_room_in_arp_table), namespace settings, then per
+    interface: rp_filter off, and on hosts (and a user's containers) the offloads the XDP
+    fabric needs (see ethtool.host_port_offloads)."""
+    make_room_in_arp_table(spec)
     for node in spec.nodes:
-        procs.append((node, subprocess.Popen(
-            ["ip", "netns", "exec", node.netns, "sh", "-e", "-c", _sysctl_script(node, spec.dataplane)],
-            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-        )))
-    failed = []
-    for node, proc in procs:
-        _, err = proc.communicate()
-        if proc.returncode:
-            failed.append(f"{node.name}: {err.strip().splitlines()[-1] if err.strip() else proc.returncode}")
-    if failed:
-        raise RuntimeError("configuring namespaces failed: " + "; ".join(failed))
+        values = _namespace_sysctls(node, spec.dataplane)
+        if not node.external:
+            values.update({f"net/ipv4/conf/{i.name}/rp_filter": "0" for i in node.interfaces})
+        set_sysctls(node.netns, values)
+        if node.role == "host" or node.external:
+            try:
+                ethtool.host_port_offloads(node.netns, [i.name for i in node.interfaces],
+                                           # a user's container keeps its own tx checksum
+                                           # setting (containerlab turns it off already)
+                                           tx_checksum_off=not node.external)
+            except OSError as err:
+                raise RuntimeError(f"configuring namespaces failed: {node.name}: {err}") from None
 
 
-def _ipr_in(netns: str) -> IPRoute:
-    # A netlink socket stays in the namespace it was opened in. pyroute2's own netns=
-    # forks a helper process, which is slower and inherits our signal handlers.
-    with in_netns(netns):
-        return IPRoute()
+def node_requests(spec: LabSpec, node: NodeSpec) -> list[rtnl.Request]:
+    """Everything the kernel of one node needs, as netlink requests in order: lo and every
+    port up first (an onlink route needs its device up), then addresses, routes, rules."""
+    requests = [rtnl.link_up(1, f"{node.name}: lo up")]
+    for iface in node.interfaces:
+        requests.append(rtnl.link_up(iface.ifindex, f"{node.name}:{iface.name} up"))
+        if iface.address and node.role != "host":
+            requests.append(rtnl.address(iface.ifindex, iface.address,
+                                         label=f"{node.name}:{iface.name} address {iface.address}"))
+    if node.role == "host":
+        requests += _host_requests(spec, node)
+    return requests
 
 
-def configure_node(spec: LabSpec, node: NodeSpec) -> None:
-    with _ipr_in(node.netns) as ipr:
-        ipr.link("set", index=1, state="up")
-        for iface in node.interfaces:
-            if iface.address and node.role != "host":
-                addr = IPv4Interface(iface.address)
-                ipr.addr("add", index=iface.ifindex, address=str(addr.ip), prefixlen=addr.network.prefixlen)
-            ipr.link("set", index=iface.ifindex, state="up")
-        if node.role == "host":
-            _configure_host(spec, node, ipr)
-        elif spec.dataplane == "kernel":
-            _configure_kernel_switch(spec, node, ipr)
+def _host_requests(spec: LabSpec, node: NodeSpec) -> list[rtnl.Request]:
+    nics = spec.host_nics.get(node.name, [])
+    by_name = {i.name: i for i in node.interfaces}
+    requests = []
+    for nic in nics:
+        for port in nic.ports:
+            # No prefix route: hosts reach even their own segment through the leaf, which
+            # answers ARP only for its gateway address (an L3 fabric down to the host).
+            requests.append(rtnl.address(by_name[port].ifindex, nic.address, rtnl.IFA_F_NOPREFIXROUTE,
+                                         label=f"{node.name}:{port} address {nic.address}"))
+
+    def route(dst: str, nic_index: int, table: int = MAIN_TABLE) -> rtnl.Request:
+        nic = nics[nic_index]
+        return rtnl.route(dst, [(nic.gateway, by_name[p].ifindex) for p in nic.ports], table=table,
+                          label=f"{node.name}: route {dst} table {table} via {nic.gateway}")
+
+    for i, nic in enumerate(nics):
+        carriers = set(nic.relay.values())
+        if carriers == {i}:
+            requests.append(route("0.0.0.0/0", i, nic.table))
+        else:
+            for segment, carrier in sorted(nic.relay.items()):
+                requests.append(route(segment, carrier, nic.table))
+        source = str(IPv4Interface(nic.address).ip)
+        requests.append(rtnl.rule(source, nic.table, RULE_PRIORITY_BASE + i,
+                                  label=f"{node.name}: rule from {source} table {nic.table}"))
+
+    # Main table, for traffic not bound to a NIC: each segment through the NIC on it, or
+    # the one the first NIC would relay through.
+    for segment in spec.segments:
+        network = IPv4Network(segment)
+        direct = [i for i, n in enumerate(nics) if IPv4Interface(n.address).ip in network]
+        carrier = direct[0] if direct else (nics[0].relay.get(segment) if nics else None)
+        if carrier is not None:
+            requests.append(route(segment, carrier))
+    return requests
 
 
 def kernel_routes(spec: LabSpec, node: NodeSpec) -> list[dict]:
@@ -212,7 +252,7 @@ def kernel_routes(spec: LabSpec, node: NodeSpec) -> list[dict]:
     return routes
 
 
-def _configure_kernel_switch(spec: LabSpec, node: NodeSpec, ipr: IPRoute) -> None:
+def _configure_kernel_switch(spec: LabSpec, node: NodeSpec, ipr) -> None:
     # Every neighbour's MAC is known (as the XDP switches know it): permanent entries, so
     # forwarding never waits on ARP, nor loses a neighbour whose ARP reply a flood dropped.
     nodes = {n.name: n for n in spec.nodes}
@@ -225,47 +265,25 @@ def _configure_kernel_switch(spec: LabSpec, node: NodeSpec, ipr: IPRoute) -> Non
         ipr.route("replace", **route)
 
 
-def _configure_host(spec: LabSpec, node: NodeSpec, ipr: IPRoute) -> None:
-    nics = spec.host_nics.get(node.name, [])
-    by_name = {i.name: i for i in node.interfaces}
-    for nic in nics:
-        addr = IPv4Interface(nic.address)
-        for port in nic.ports:
-            # No prefix route: hosts reach even their own segment through the leaf, which
-            # answers ARP only for its gateway address (an L3 fabric down to the host).
-            ipr.addr("add", index=by_name[port].ifindex, address=str(addr.ip),
-                     prefixlen=addr.network.prefixlen, flags=IFA_F_NOPREFIXROUTE)
+def _ipr_in(netns: str):
+    # deferred on purpose: pyroute2 takes 0.5 s to import (several on a busy machine) and
+    # only kernel-dataplane switches still use it
+    from pyroute2 import IPRoute
 
-    def via(nic_index: int) -> dict:
-        nic = nics[nic_index]
-        hops = [{"gateway": nic.gateway, "oif": by_name[p].ifindex, "flags": RTNH_F_ONLINK} for p in nic.ports]
-        if len(hops) == 1:
-            return {"gateway": nic.gateway, "oif": hops[0]["oif"], "flags": RTNH_F_ONLINK}
-        return {"multipath": hops}
-
-    for i, nic in enumerate(nics):
-        carriers = set(nic.relay.values())
-        if carriers == {i}:
-            ipr.route("add", dst="0.0.0.0/0", table=nic.table, **via(i))
-        else:
-            for segment, carrier in sorted(nic.relay.items()):
-                ipr.route("add", dst=segment, table=nic.table, **via(carrier))
-        ipr.rule("add", src=str(IPv4Interface(nic.address).ip), src_len=32,
-                 table=nic.table, priority=RULE_PRIORITY_BASE + i)
-
-    # Main table, for traffic not bound to a NIC: each segment through the NIC on it, or
-    # the one the first NIC would relay through.
-    for segment in spec.segments:
-        network = IPv4Network(segment)
-        direct = [i for i, n in enumerate(nics) if IPv4Interface(n.address).ip in network]
-        carrier = direct[0] if direct else (nics[0].relay.get(segment) if nics else None)
-        if carrier is not None:
-            ipr.route("add", dst=segment, **via(carrier))
+    # A netlink socket stays in the namespace it was opened in. pyroute2's own netns=
+    # forks a helper process, which is slower and inherits our signal handlers.
+    with in_netns(netns):
+        return IPRoute()
 
 
 def configure_all(spec: LabSpec) -> None:
+    """Each node's requests in one batch on a socket in its namespace; kernel-dataplane
+    switches then get their neighbours and routes."""
     for node in spec.nodes:
-        configure_node(spec, node)
+        rtnl.run_in(node.netns, node_requests(spec, node))
+        if node.role != "host" and spec.dataplane == "kernel":
+            with _ipr_in(node.netns) as ipr:
+                _configure_kernel_switch(spec, node, ipr)
 
 
 def delete_namespaces(names: list[str]) -> list[str]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from dataplane.errors import RuntimeStateError
@@ -56,16 +56,23 @@ class LabState:
     status: str                  # deploying | up
     agent_pid: int | None = None
     deployer_pid: int | None = None   # the railab process deploying it (while "deploying")
+    # the spec as JSON text from the last save: a large lab's spec takes a noticeable part
+    # of a second to encode, and most saves only change the status or a pid
+    _spec_text: str | None = field(default=None, repr=False, compare=False)
+
+    def spec_changed(self) -> None:
+        """The spec was changed in place since the last save: encode it again next time."""
+        self._spec_text = None
 
     def save(self) -> None:
         path = state_file(self.spec.name)
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(
-            {"status": self.status, "agent_pid": self.agent_pid, "deployer_pid": self.deployer_pid,
-             "spec": self.spec.to_json()},
-            indent=1,
-        ))
+        if self._spec_text is None:
+            self._spec_text = json.dumps(self.spec.to_json())
+        head = json.dumps({"status": self.status, "agent_pid": self.agent_pid,
+                           "deployer_pid": self.deployer_pid})
+        tmp.write_text(f'{head[:-1]}, "spec": {self._spec_text}}}')
         os.replace(tmp, path)
 
 

@@ -92,6 +92,11 @@ class Topology:
     links: list[Link] = field(default_factory=list)
     kind: str | None = None              # one of FABRIC_KINDS, or None for foreign files
     params: dict[str, object] = field(default_factory=dict)  # generator parameters
+    # links by node name, rebuilt when links grew (links are only ever appended): a
+    # 1,024-GPU lab asks links_of for each of its nodes, over thousands of links
+    _links_by_node: dict[str, list[Link]] = field(default_factory=dict, init=False, repr=False,
+                                                  compare=False)
+    _links_indexed: int = field(default=-1, init=False, repr=False, compare=False)
 
     def add_node(self, node: Node) -> Node:
         self.nodes[node.name] = node
@@ -113,7 +118,14 @@ class Topology:
         return [n for n in self.nodes.values() if n.role.is_switch]
 
     def links_of(self, node: str) -> list[Link]:
-        return [l for l in self.links if l.a.node == node or l.b.node == node]
+        if self._links_indexed != len(self.links):
+            index: dict[str, list[Link]] = {}
+            for link in self.links:
+                index.setdefault(link.a.node, []).append(link)
+                if link.b.node != link.a.node:
+                    index.setdefault(link.b.node, []).append(link)
+            self._links_by_node, self._links_indexed = index, len(self.links)
+        return list(self._links_by_node.get(node, []))
 
     def neighbors(self, node: str) -> list[str]:
         return [l.other(node).node for l in self.links_of(node)]
