@@ -34,10 +34,10 @@ def register(sub) -> None:
     tr.set_defaults(func=run_traffic)
     fb = which.add_parser("fabric", help="leaf -> spine -> leaf forwarding rate, railab's XDP switches "
                                           "vs Linux forwarding, side by side in one run")
-    fb.add_argument("--duration", type=_positive(float), default=1.5, help="seconds per measurement")
-    fb.add_argument("--repeat", type=_positive(int), default=3,
+    fb.add_argument("--duration", type=positive(float), default=1.5, help="seconds per measurement")
+    fb.add_argument("--repeat", type=positive(int), default=3,
                     help="measurements per row and dataplane, alternating (median)")
-    fb.add_argument("--scale", type=_positive(float), default=0.1,
+    fb.add_argument("--scale", type=positive(float), default=0.1,
                     help="port model scale of the 'on' rows (400G ports x scale; default 0.1 = 40 Gb/s, "
                          "faster than this machine pushes, so the model does not cap the rate)")
     fb.add_argument("--no-bare", action="store_true",
