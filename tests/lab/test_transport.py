@@ -65,11 +65,17 @@ def test_dcqcn_shares_a_bottleneck_and_keeps_its_queue_short(lab, tmp_path):
     assert on["drops"] == 0
 
 
+@pytest.mark.flaky(reruns=2)   # how much spraying reorders depends on queueing, i.e. on timing
 def test_reordering_costs_go_back_n_not_selective_repeat(lab, tmp_path):
     out = _run(lab, tmp_path, "spray-transport", duration_s=4.0, workload={"duration_s": 4.0})
     gbn, sr = out["spray-rr gbn"], out["spray-rr sr"]
     assert gbn["reorder_pct"] > 0 and sr["reorder_pct"] > 0
-    assert gbn["retx_packets"] > 10 * max(sr["retx_packets"], 1)
+    # go-back-N NAKs every gap, also those reordering alone made, and resends a window
+    # for each; selective repeat resends only what the fabric dropped (drops are the
+    # switches' counted drops in the run, so they bound the packets that were lost)
+    assert gbn["naks"] > gbn["drops"], gbn
+    assert sr["retx_packets"] <= sr["drops"] + 2, sr
+    assert gbn["retx_packets"] > 3 * max(sr["retx_packets"], 1)
     assert out["flowlet gbn"]["retx_packets"] < gbn["retx_packets"]
     for label in ("spray-rr gbn", "spray-rr sr", "flowlet gbn", "flowlet sr", "ecmp gbn"):
         assert out[label]["messages_done_pct"] == 100.0
