@@ -2,10 +2,28 @@
 and reported in the README, never asserted as timings in tests)."""
 from __future__ import annotations
 
+import json
 import os
+import statistics
+import subprocess
+import sys
 
+from rich.table import Table
+
+from dataplane import progtest
+from dataplane.agent.flows import FLOW_SAMPLE_SHIFT
+from dataplane.bpf_abi import ROCE_V2_UDP_PORT as ROCE_PORT
 from dataplane.cli.common import output_console, positive
+from dataplane.errors import UsageError
+from dataplane.netns_util import in_netns
+from dataplane.runtime import deploybench, lifecycle
 from dataplane.runtime.labspec import RUNTIMES
+from dataplane.switch_dataplane import SwitchDataplane
+from dataplane.traffic.queuebench import bench_queue
+
+# The traffic, fabric and ui benches (dataplane.traffic.*, dataplane.ui.bench) build
+# frames with scapy, and `bench dataplane` compiles with bcc: both are imported inside the
+# verb that needs them, on purpose, so that every other railab command starts without them.
 
 
 def register(sub) -> None:
@@ -57,14 +75,9 @@ def register(sub) -> None:
 
 
 def run_deploy(args) -> int:
-    import json
-
-    from dataplane.runtime import deploybench, lifecycle
-
     lifecycle.require_root()
     if args.scale:
         if args.runtime != "netns":
-            from dataplane.errors import UsageError
             raise UsageError("--scale measures the netns runtime only (a 1,024-GPU lab is 152 "
                              "containers and 4,096 links under containerlab)")
         rows = deploybench.scale(probe_sample=args.sample)
@@ -88,7 +101,6 @@ def run_deploy(args) -> int:
 
 
 def _deploy_table(rows: list[dict], scale: bool):
-    from rich.table import Table
 
     table = Table(title="railab bench deploy" + (" --scale" if scale else ""))
     table.add_column("lab", no_wrap=True)
@@ -118,7 +130,6 @@ def _phase_table(rows: list[dict]):
     """Seconds per phase, one column per row of the deploy table: the deployer's steps
     (they add up to the deploy time), then the agent's (in parallel with the deployer's
     until it waits for the namespaces)."""
-    from rich.table import Table
 
     table = Table(title="where the deploy time goes (s)")
     table.add_column("phase", no_wrap=True)
@@ -146,27 +157,14 @@ def run_dataplane(args) -> int:
     re-runs the program on the frame the previous run rewrote). Rows: each mode with the
     egress port model off and on (on: a port so fast its queue never fills, so the row
     measures the model's bookkeeping, not drops)."""
-    import json
-    import os
-    import statistics
-    import subprocess
-
     from bcc import BPF
     from scapy.contrib.roce import BTH
     from scapy.layers.inet import IP, UDP
     from scapy.layers.l2 import Ether
     from scapy.packet import Raw
 
-    from dataplane import progtest
-    from dataplane.bpf_abi import ROCE_V2_UDP_PORT as ROCE_PORT
-    from dataplane.netns_util import in_netns
-    from dataplane.runtime import lifecycle
-    from dataplane.agent.flows import FLOW_SAMPLE_SHIFT
-    from dataplane.switch_dataplane import SwitchDataplane
-
     lifecycle.require_root()
     if not 1 <= args.repeat < 254:
-        from dataplane.errors import UsageError
         raise UsageError("--repeat must be 1..253 (the frame's TTL starts at 255)")
     ns = f"railab-bench-{os.getpid()}"
     ports = [301, 302, 303, 304, 305]
@@ -237,7 +235,6 @@ def run_dataplane(args) -> int:
                            "met": None if target(r[0]) is None else r[2] <= target(r[0])} for r in rows],
                          indent=2))
         return 0
-    from rich.table import Table
 
     table = Table(title=f"railab bench dataplane: ns/packet, BPF_PROG_TEST_RUN "
                         f"({args.runs} x repeat {args.repeat}, {os.cpu_count()} CPUs)")
@@ -253,9 +250,6 @@ def run_dataplane(args) -> int:
 
 def _measure(args, measure):
     """Run a root benchmark; its result, or None once printed as JSON (--json)."""
-    import json
-
-    from dataplane.runtime import lifecycle
 
     lifecycle.require_root()
     result = measure(duration_s=args.duration)
@@ -266,8 +260,6 @@ def _measure(args, measure):
 
 
 def run_traffic(args) -> int:
-    from rich.table import Table
-
     from dataplane.traffic.bench import bench_traffic
 
     result = _measure(args, bench_traffic)
@@ -288,9 +280,6 @@ def run_traffic(args) -> int:
 
 
 def run_queue(args) -> int:
-    from rich.table import Table
-
-    from dataplane.traffic.queuebench import bench_queue
 
     rows = _measure(args, bench_queue)
     if rows is None:
@@ -306,13 +295,6 @@ def run_queue(args) -> int:
 
 
 def run_fabric(args) -> int:
-    import json
-    import sys
-
-    from rich.table import Table
-
-    from dataplane.errors import UsageError
-    from dataplane.runtime import lifecycle
     from dataplane.traffic.fabricbench import bench_fabric
 
     lifecycle.require_root()
@@ -362,11 +344,6 @@ def _fmt_kilo(value) -> str:
 
 
 def run_ui(args) -> int:
-    import json
-
-    from rich.table import Table
-
-    from dataplane.runtime import lifecycle
     from dataplane.ui.bench import bench_ui
 
     lifecycle.require_root()
