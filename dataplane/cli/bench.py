@@ -280,7 +280,6 @@ def run_traffic(args) -> int:
 
 
 def run_queue(args) -> int:
-
     rows = _measure(args, bench_queue)
     if rows is None:
         return 0
