@@ -80,4 +80,11 @@ import bcc, pyroute2, scapy, yaml, jsonschema, rich, matplotlib, pytest, hypothe
 from yaml import CSafeLoader  # noqa: F401  (libyaml: the pure-Python loader is 10x slower)
 import dataplane.cli.main  # noqa: F401
 EOF
+# The XDP object for the shipped labs' sizes, compiled now into railab's cache (keyed by
+# the sources, sizes, kernel and bcc), so that the first deploy loads it instead of
+# spending seconds in clang. Needs root (it loads the object to record it).
+if [[ $EUID -eq 0 ]]; then
+    "$VENV/bin/python" -m dataplane.agent.prebuild | sed 's/^/setup: /' \
+        || echo "setup: could not prebuild the XDP object; the first deploy will compile it" >&2
+fi
 echo "setup: ready ($VENV)"

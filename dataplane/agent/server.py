@@ -154,10 +154,14 @@ def _start_kernel_lab(lab: str, spec, mark) -> tuple[ControlServer, str, str] | 
     return server, "kernel forwarding", "none"
 
 
-def _start_xdp_lab(lab: str, spec, mark) -> tuple[ControlServer, str, str] | None:
-    """Load the XDP object (cached, or compiled while the runtime builds the lab), then on
-    "go" pin, program, attach, start the fabric monitor and wait until every host is
-    learned. Returns (server, note, how the object was loaded)."""
+def _size_class(n: int) -> int:
+    """The next power of two: labs of about the same size share one compiled object (its
+    cache key holds the -D sizes), so a cache warmed for one lab serves its neighbours."""
+    return 1 << max(0, int(n) - 1).bit_length()
+
+
+def dataplane_sizes(spec) -> dict[str, int]:
+    """The XDP object's table sizes for a lab (its -D cflags), rounded up to size classes."""
     ports = sum(len(n.interfaces) for n in spec.switches)
     routes = sum(len(r) for r in spec.routes.values())
     # room for learned /32 host routes on every switch (ARP-to-host-route) and for
@@ -170,10 +174,18 @@ def _start_xdp_lab(lab: str, spec, mark) -> tuple[ControlServer, str, str] | Non
     # learned (the leaf's route to it), and room for as many again (lb and ARN make
     # groups at run time)
     groups = len({(sw, tuple(r.nexthops)) for sw, rs in spec.routes.items() for r in rs})
+    return {"max_ports": _size_class(max(64, ports + 1)),
+            "max_routes": _size_class(max(256, routes + 1)),
+            "max_members": _size_class(max(abi.MAX_MEMBERS, widest)),
+            "max_groups": _size_class(max(abi.MAX_GROUPS, 2 * (groups + host_ports) + 64))}
+
+
+def _start_xdp_lab(lab: str, spec, mark) -> tuple[ControlServer, str, str] | None:
+    """Load the XDP object (cached, or compiled while the runtime builds the lab), then on
+    "go" pin, program, attach, start the fabric monitor and wait until every host is
+    learned. Returns (server, note, how the object was loaded)."""
     mark("read the lab")
-    dp = SwitchDataplane(max_ports=max(64, ports + 1), max_routes=max(256, routes + 1),
-                         max_members=max(abi.MAX_MEMBERS, widest),
-                         max_groups=max(abi.MAX_GROUPS, 2 * (groups + host_ports) + 64))
+    dp = SwitchDataplane(**dataplane_sizes(spec))
     mark("compile and load (bcc)")
     if sys.stdin.readline().strip() != "go":
         return None
