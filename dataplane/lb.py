@@ -131,6 +131,10 @@ class Fabric:
     def tm_list(self, switch: str | None = None) -> list[dict]:
         return self._req("tm_list", switch=switch)
 
+    def trace(self, flows: list[dict]) -> list[dict]:
+        """The path the data plane picks for each flow (dataplane.pathtrace.FlowKey fields)."""
+        return self._req("trace", flows=flows)
+
     # -------------------------------------------------------------- flows and navigation
     def flows(self, switch: str | None = None, window_us: float | None = None,
               top: int | None = None) -> list[dict]:

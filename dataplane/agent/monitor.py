@@ -47,6 +47,15 @@ Packet format (UDP payload, network byte order, 40 bytes), destination port 4792
                       RESTORE)
     32 metric    u32  utilisation x 1024 (UTILISATION) or queue bytes (QUEUE_DEPTH), else 0
     36 port      u32  ifindex of S's affected egress port, 0 = n/a
+
+With flags & F_FLOWS (congestion notices at --granularity flow) the header is followed by
+the flows S caught on that port, 16 bytes each: src 4s, dst 4s, sport u16, dport u16,
+proto u8, 3 pad. The heaviest flows of the port over the flow window (dataplane/agent/
+flows.py), heaviest first, until what is left is below the limit (at most FLOWS_PER_NOTICE).
+A receiver that is the source leaf of a named flow moves only that flow: a dynamic
+traffic-matrix entry (as nav installs them) sending it out of its least-loaded live uplink
+not towards S; every other flow keeps its path. The entry expires after hold_ms without a
+refresh, like a prefix exclusion.
 """
 from __future__ import annotations
 
@@ -62,6 +71,7 @@ import struct
 import threading
 import time
 
+from dataplane.agent.flows import EXACT_SAMPLE_SHIFT, FLOW_SAMPLE_SHIFT, FlowTable
 from dataplane.netns_util import in_netns
 from dataplane.settings import merged
 
@@ -75,6 +85,12 @@ SIZE = struct.calcsize(FMT)          # 40
 T_WITHDRAW, T_RESTORE = 1, 2
 R_LINK_DOWN, R_UTIL, R_QUEUE, R_CLEARED = 1, 2, 3, 4
 TYPES = {T_WITHDRAW: "withdraw", T_RESTORE: "restore"}
+F_FLOWS = 0x1                        # flags: a flow list follows the header
+FLOW_FMT = "!4s4sHHB3x"
+FLOW_SIZE = struct.calcsize(FLOW_FMT)   # 16
+FLOWS_PER_NOTICE = 8
+GRANULARITIES = ("prefix", "flow")
+FLOW_WINDOW_MIN_NS = 200_000_000     # flow rates over at least this much wall time
 REASONS = {R_LINK_DOWN: "link_down", R_UTIL: "utilisation", R_QUEUE: "queue_depth", R_CLEARED: "cleared"}
 
 SO_NO_CHECK = 11                     # UDP without checksum: XDP-passed frames lose offload marks
@@ -91,6 +107,7 @@ DEFAULTS = {"notify": True,          # FGLB: tell neighbours about lost paths (l
             "hold_ms": 5.0,          # receiver keeps a congestion exclusion this long
             "interval_ms": 0.5,      # at most one congestion notice per port per interval
             "poll_ms": 2.0,          # congestion poll period
+            "granularity": "prefix",  # congestion notice: avoid me for the prefix, or move these flows
             "learn": True}           # ARP-to-host-route on host-facing leaf ports
 SETTING_RANGES = {"arn_util": (0.0, 1.0), "arn_queue_bytes": (0, 1 << 30), "hold_ms": (0.0, 3.6e6),
                   "interval_ms": (0.0, 3.6e6), "poll_ms": (0.1, 10_000.0)}
@@ -107,28 +124,38 @@ class Notice:
     hold_ms: int = 0
     metric: int = 0
     port: int = 0
+    flows: list = dataclasses.field(default_factory=list)   # (src, dst, sport, dport, proto)
 
     def pack(self) -> bytes:
         net = ipaddress.IPv4Network(self.prefix, strict=False)
-        return struct.pack(FMT, MAGIC, VERSION, self.type, self.reason, 0, self.seq & 0xFFFFFFFF,
-                           self.reporter, self.nexthop, net.network_address.packed, net.prefixlen,
-                           int(self.hold_ms), int(self.metric) & 0xFFFFFFFF, self.port)
+        head = struct.pack(FMT, MAGIC, VERSION, self.type, self.reason, F_FLOWS if self.flows else 0,
+                           self.seq & 0xFFFFFFFF, self.reporter, self.nexthop, net.network_address.packed,
+                           net.prefixlen, int(self.hold_ms), int(self.metric) & 0xFFFFFFFF, self.port)
+        return head + b"".join(struct.pack(FLOW_FMT, socket.inet_aton(src), socket.inet_aton(dst),
+                                           sport, dport, proto)
+                               for src, dst, sport, dport, proto in self.flows)
 
     @classmethod
     def unpack(cls, data: bytes) -> "Notice":
         if len(data) < SIZE:
             raise ValueError(f"ARN message too short ({len(data)} < {SIZE})")
-        (magic, version, typ, reason, _flags, seq, reporter, nexthop, prefix, plen,
+        (magic, version, typ, reason, flags, seq, reporter, nexthop, prefix, plen,
          hold, metric, port) = struct.unpack(FMT, data[:SIZE])
         if magic != MAGIC or version != VERSION:
             raise ValueError("not a railab ARN message")
         net = ipaddress.IPv4Network((socket.inet_ntoa(prefix), plen), strict=False)
-        return cls(typ, reason, seq, reporter, nexthop, str(net), hold, metric, port)
+        flows = []
+        if flags & F_FLOWS:
+            for off in range(SIZE, len(data) - FLOW_SIZE + 1, FLOW_SIZE):
+                src, dst, sport, dport, proto = struct.unpack_from(FLOW_FMT, data, off)
+                flows.append((socket.inet_ntoa(src), socket.inet_ntoa(dst), sport, dport, proto))
+        return cls(typ, reason, seq, reporter, nexthop, str(net), hold, metric, port, flows)
 
     def describe(self) -> dict:
         return {"type": TYPES.get(self.type, self.type), "reason": REASONS.get(self.reason, self.reason),
                 "seq": self.seq, "reporter": self.reporter, "nexthop": self.nexthop,
-                "prefix": self.prefix, "hold_ms": self.hold_ms, "metric": self.metric, "port": self.port}
+                "prefix": self.prefix, "hold_ms": self.hold_ms, "metric": self.metric, "port": self.port,
+                "flows": [list(f) for f in self.flows]}
 
 
 def _parse_links(data: bytes):
@@ -189,6 +216,7 @@ class FabricMonitor:
         self.withdrawn: set[tuple[str, str]] = set()
         self.arn_last: dict[tuple[str, int], int] = {}
         self.arn_active: dict[tuple[str, int], int] = {}
+        self.arn_named: dict[tuple[str, int], dict[tuple, int]] = {}   # flows a port named, until
         self.held: set[int] = set()
         # ifindex -> monotonic ns when release() applied its live state: netlink messages
         # about it for a while after that may describe the repair half-way (up, carrier
@@ -197,6 +225,9 @@ class FabricMonitor:
         self.learn_gen = 0
         self.learned: dict[tuple[str, str], dict] = {}
         self.next_learn = 0
+        # receiver state at --granularity flow: (switch, 5-tuple) -> the TM entry moving it
+        self.flow_moves: dict[tuple[str, tuple], dict] = {}
+        self._flow_table: FlowTable | None = None    # made on first flow-granular poll
         self._arn_port_list: list | None = None     # see _arn_ports
         self._arn_port_gen = -1
         self.thread = threading.Thread(target=self._loop, name="fabric-monitor", daemon=True)
@@ -232,10 +263,20 @@ class FabricMonitor:
 
     def configure(self, **changes) -> dict:
         new = merged(self.cfg, changes, DEFAULTS, "ARN")
+        if new["granularity"] not in GRANULARITIES:
+            raise ValueError(f"ARN granularity {new['granularity']!r}: must be one of "
+                             f"{', '.join(GRANULARITIES)}")
         for k, (low, high) in SETTING_RANGES.items():
             if not (math.isfinite(new[k]) and low <= new[k] <= high):
                 raise ValueError(f"ARN setting {k} = {new[k]!r}: must be between {low:g} and {high:g}")
+        flow_mode = new["arn"] and new["granularity"] == "flow"
+        if flow_mode != (self.cfg["arn"] and self.cfg["granularity"] == "flow"):
+            # exact counting while flow-granular ARN runs: the caught flows are the real heaviest
+            with self.lock:
+                self.dp.set_flow_visibility(True, EXACT_SAMPLE_SHIFT if flow_mode else FLOW_SAMPLE_SHIFT)
         self.cfg = new
+        if not self.cfg["arn"] or self.cfg["granularity"] != "flow":
+            self._drop_flow_moves()
         if not self.cfg["arn"]:
             self._drop_congestion_state()
         return dict(self.cfg)
@@ -367,7 +408,8 @@ class FabricMonitor:
                     break
         return out
 
-    def _send_upstream(self, node, prefix, typ, reason, gid=None, *, hold_ms=0, metric=0, port=0) -> int:
+    def _send_upstream(self, node, prefix, typ, reason, gid=None, *, hold_ms=0, metric=0, port=0,
+                       flows=None) -> int:
         sent = 0
         sock = self.udp.get(node.name)
         for nbr, iface in self.upstream(node, prefix):
@@ -376,7 +418,8 @@ class FabricMonitor:
                 continue
             self.seq[node.name] += 1
             msg = Notice(typ, reason, self.seq[node.name], node.switch_id,
-                         self._nexthop_id(node, gid) if gid else 0, prefix, hold_ms, metric, port)
+                         self._nexthop_id(node, gid) if gid else 0, prefix, hold_ms, metric, port,
+                         flows or [])
             t_tx = time.monotonic_ns()       # the notice's send time (reaction timing)
             try:
                 sock.sendto(msg.pack(), (peer.address.split("/")[0], ARN_PORT))
@@ -414,6 +457,13 @@ class FabricMonitor:
         reporter = self.spec.find_switch(msg.reporter)
         with self.lock:
             key = (node.name, msg.prefix)
+            if reporter is not None and msg.flows and msg.type == T_WITHDRAW:
+                # flow granularity: TM entries only, the prefix's route stays as it is
+                self._move_flows(node, reporter, msg, t_rx)
+                self.events.append({"event": "flows_received", "switch": node.name,
+                                    "from": reporter.name, "src": src, "t_rx_ns": t_rx,
+                                    "t_map_ns": time.monotonic_ns(), **msg.describe()})
+                return
             if reporter is None or not self._ensure_route(node, msg.prefix):
                 self.counters[node.name]["ignored"] += 1
                 return
@@ -426,6 +476,50 @@ class FabricMonitor:
             self.events.append({"event": f"{TYPES.get(msg.type)}_received", "switch": node.name,
                                 "from": reporter.name, "src": src, "t_rx_ns": t_rx,
                                 "t_map_ns": time.monotonic_ns(), **msg.describe()})
+
+    def _move_flows(self, node, reporter, msg: Notice, t_rx: int) -> None:
+        """Flow-granular ARN at a receiving leaf: each named flow this leaf's hosts send
+        leaves by the least-loaded live uplink of its route not towards the reporter."""
+        expires = t_rx + msg.hold_ms * 1_000_000 if msg.hold_ms else 0
+        for five in msg.flows:
+            src, dst = five[0], five[1]
+            src_gid = self.dp.lookup_route(node.switch_id, src)
+            if src_gid is None or not all(
+                    self.spec.find_node(self.spec.port(ifx)[1].peer_node).role == "host"
+                    for ifx in self.dp.group_info(src_gid)["members"]):
+                continue                     # not a flow of this leaf's hosts
+            key = (node.name, tuple(five))
+            held = self.flow_moves.get(key)
+            if held is not None:             # already moved: refresh the hold only
+                held["expires_ns"] = expires
+                continue
+            gid = self.dp.lookup_route(node.switch_id, dst)
+            if gid is None:
+                continue
+            choices = [ifx for ifx in self.dp.group_info(gid)["members"]
+                       if self.dp.port_is_up(ifx) and self.spec.port(ifx)[1].peer_node != reporter.name]
+            if not choices:
+                continue                     # nowhere else to go: the flow stays
+            moved_on = collections.Counter(m["ifindex"] for (sw, _), m in self.flow_moves.items()
+                                           if sw == node.name)
+            best = min(choices, key=lambda ifx: (self.dp.port_queue_state(ifx)["utilization"],
+                                                 moved_on[ifx], ifx))
+            iface = self.spec.port(best)[1]
+            self.p.tm_add(node.name, egress=iface.name, src=src, dst=dst, sport=five[2],
+                          dport=five[3], proto=five[4])
+            self.flow_moves[key] = {"ifindex": best, "egress": iface.name, "reporter": reporter.name,
+                                    "expires_ns": expires}
+            self.counters[node.name]["flows_moved"] += 1
+
+    def _unmove_flow(self, key: tuple[str, tuple]) -> None:
+        src, dst, sport, dport, proto = key[1]
+        self.flow_moves.pop(key, None)
+        self.p.tm_del(key[0], src=src, dst=dst, sport=sport, dport=dport, proto=proto)
+
+    def _drop_flow_moves(self) -> None:
+        with self.lock:
+            for key in list(self.flow_moves):
+                self._unmove_flow(key)
 
     def _ensure_route(self, node, prefix: str) -> bool:
         if prefix in self.dp.routes(node.switch_id):
@@ -473,6 +567,12 @@ class FabricMonitor:
                 self.events.append({"event": "exclusion_expired", "switch": sw, "prefix": prefix,
                                     "reporter": reporter, "t_ns": now})
                 self._apply_excl(self.spec.node(sw), prefix)
+            for key, move in list(self.flow_moves.items()):
+                if move["expires_ns"] and move["expires_ns"] <= now:
+                    self._unmove_flow(key)
+                    self.counters[key[0]]["flows_expired"] += 1
+                    self.events.append({"event": "flow_move_expired", "switch": key[0],
+                                        "flow": list(key[1]), "t_ns": now})
 
     def clear_switch(self, name: str) -> None:
         """Forget what switch `name` holds or has sent (its state was reset, as by a
@@ -489,8 +589,11 @@ class FabricMonitor:
                     continue
                 self._apply_excl(self.spec.node(key[0]), key[1])
             self.withdrawn = {k for k in self.withdrawn if k[0] != name}
+            for key in [k for k, m in self.flow_moves.items() if name in (k[0], m["reporter"])]:
+                self._unmove_flow(key)
             for key in [k for k in self.arn_active if k[0] == name]:
                 self.arn_active.pop(key, None)
+                self.arn_named.pop(key, None)
 
     def _drop_congestion_state(self) -> None:
         with self.lock:
@@ -500,6 +603,7 @@ class FabricMonitor:
                         del table[r]
                 self._apply_excl(self.spec.node(key[0]), key[1])
             self.arn_active.clear()
+            self.arn_named.clear()
 
     # ------------------------------------------------------------ ARN on congestion
     def _arn_ports(self) -> list:
@@ -546,11 +650,47 @@ class FabricMonitor:
                 continue
             self.arn_last[key] = now
             self.arn_active[key] = now
+            caught = self._caught_flows(node, iface, now, interval) if self.cfg["granularity"] == "flow" else None
             self.events.append({"event": "congestion", "switch": node.name, "port": iface.name,
-                                "reason": REASONS[reason], "metric": metric, "t_ns": now})
+                                "reason": REASONS[reason], "metric": metric, "t_ns": now,
+                                **({"flows": [list(f) for f in caught]} if caught is not None else {})})
             for gid, prefix in targets:
-                self._send_upstream(node, prefix, T_WITHDRAW, reason, gid,
-                                    hold_ms=self._hold_wall_ms(), metric=metric, port=iface.ifindex)
+                flows = None
+                if caught is not None:
+                    net = ipaddress.IPv4Network(prefix)
+                    flows = [f for f in caught if ipaddress.IPv4Address(f[1]) in net]
+                    if not flows:
+                        continue             # flow granularity: no flow of this prefix to move
+                self._send_upstream(node, prefix, T_WITHDRAW, reason, gid, hold_ms=self._hold_wall_ms(),
+                                    metric=metric, port=iface.ifindex, flows=flows)
+
+    def _caught_flows(self, node, iface, now: int, interval_ns: int) -> list[tuple]:
+        """The flows this port named within the hold (refreshed: they have moved, their
+        bytes still fill the window), then the heaviest others, heaviest first, until what
+        the unnamed flows send is below the utilisation limit -- the port's own utilisation
+        lags a move by its averaging window, so it cannot say when to stop."""
+        if self._flow_table is None:
+            slots = {self.dp.port_info(i.ifindex).slot: (n.name, i.name)
+                     for n in self.spec.switches for i in n.interfaces}
+            self._flow_table = FlowTable(self.dp, slots)
+        window_ns = max(4 * interval_ns, FLOW_WINDOW_MIN_NS)
+        with self.lock:
+            flows = [f for f in self._flow_table.read(window_ns)
+                     if f.switch == node.name and f.port == iface.name]
+        key = (node.name, iface.ifindex)
+        named = {five: t for five, t in self.arn_named.get(key, {}).items() if t > now}
+        others = sorted((f for f in flows if f.five not in named), key=lambda f: -f.rate_bps)
+        left = sum(f.rate_bps for f in others)
+        speed = (self.dp.port_model(iface.ifindex) or {}).get("speed_bps") or iface.speed_bps
+        caught = list(named)[:FLOWS_PER_NOTICE]
+        for f in others[:FLOWS_PER_NOTICE - len(caught)]:
+            if left < self.cfg["arn_util"] * speed and caught:
+                break
+            caught.append(f.five)
+            left -= f.rate_bps
+        until = now + self._hold_wall_ms() * 1_000_000
+        self.arn_named[key] = {five: until for five in caught}
+        return caught
 
     # ------------------------------------------------------------ ARP -> host routes
     def _enable_learning(self) -> None:
@@ -629,6 +769,9 @@ class FabricMonitor:
                 "exclusions": [{"switch": sw, "prefix": p, "reporters": [self.spec.switch_by_id(r).name for r in t],
                                 "expires_ns": list(t.values())} for (sw, p), t in self.excl.items() if t],
                 "withdrawn": sorted(f"{sw} {p}" for sw, p in self.withdrawn),
+                "flow_moves": [{"switch": sw, "flow": list(five), "egress": m["egress"],
+                                "avoid": m["reporter"], "expires_ns": m["expires_ns"]}
+                               for (sw, five), m in self.flow_moves.items()],
                 "learned": [{"switch": sw, "ip": ip, "port": self.spec.port(h["ifindex"])[1].name,
                              "mac": h["mac"]} for (sw, ip), h in sorted(self.learned.items())]}
 

@@ -145,6 +145,7 @@ class ArnConfig(Request):
     interval_ms: float | None = None
     poll_ms: float | None = None
     learn: bool | None = None
+    granularity: str | None = None
 
 
 @dataclass

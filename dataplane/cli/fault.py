@@ -6,7 +6,7 @@
     railab fault LAB degrade A:IF --speed 100G  railab fault LAB restore A:IF
     railab fault LAB clear                      railab fault LAB status
     railab fault LAB arn [--on|--off] [--notify/--no-notify] [--util U] [--queue-bytes B]
-                         [--hold-ms MS] [--interval-ms MS]
+                         [--hold-ms MS] [--interval-ms MS] [--granularity prefix|flow]
 """
 from __future__ import annotations
 
@@ -53,6 +53,8 @@ def register(sub) -> None:
     s.add_argument("--hold-ms", type=float)
     s.add_argument("--interval-ms", type=float)
     s.add_argument("--poll-ms", type=float)
+    s.add_argument("--granularity", help="congestion reaction: prefix (avoid the spine for the "
+                   "whole prefix; default) or flow (move only the flows the spine caught)")
     p.set_defaults(func=run)
 
 
@@ -79,16 +81,22 @@ def _run(args) -> int:
               f"{', '.join(f'{k}={v / 1e9:g}G' for k, v in f['degraded'].items()) or '-'}")
         cfg = st["config"]
         print(f"notify={'on' if cfg['notify'] else 'off'} arn={'on' if cfg['arn'] else 'off'} "
-              f"util>={cfg['arn_util']} queue>={cfg['arn_queue_bytes']}B hold={cfg['hold_ms']}ms real-fabric time")
+              f"util>={cfg['arn_util']} queue>={cfg['arn_queue_bytes']}B hold={cfg['hold_ms']}ms real-fabric time "
+              f"granularity={cfg['granularity']}")
         for sw, c in sorted(st["counters"].items()):
             print(f"  {sw}: " + " ".join(f"{k}={v}" for k, v in sorted(c.items())))
         for e in st["exclusions"]:
             print(f"  exclusion {e['switch']} {e['prefix']}: avoid {', '.join(e['reporters'])}")
+        for m in st.get("flow_moves", []):
+            src, dst, sport, dport, proto = m["flow"]
+            print(f"  flow moved {m['switch']} {src}:{sport}->{dst}:{dport}/{proto}: out {m['egress']} "
+                  f"(avoid {m['avoid']})")
         return 0
     if cmd == "arn":
         cfg = faults.notifications(lab, notify=args.notify, arn=args.arn, arn_util=args.arn_util,
                                    arn_queue_bytes=args.arn_queue_bytes, hold_ms=args.hold_ms,
-                                   interval_ms=args.interval_ms, poll_ms=args.poll_ms)
+                                   interval_ms=args.interval_ms, poll_ms=args.poll_ms,
+                                   granularity=args.granularity)
         print(json.dumps(cfg))
         return 0
     event = {"fault": cmd}

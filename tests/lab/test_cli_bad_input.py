@@ -62,6 +62,7 @@ CASES = {
     "degrade-too-slow": (["fault", "{lab}", "degrade", "spine1:down1", "--speed", "100"], "below"),
     "arn-util": (["fault", "{lab}", "arn", "--util", "2"], "arn_util"),
     "arn-poll-zero": (["fault", "{lab}", "arn", "--poll-ms", "0"], "poll_ms"),
+    "arn-granularity": (["fault", "{lab}", "arn", "--on", "--granularity", "packet"], "granularity"),
     "arn-on-off": (["fault", "{lab}", "arn", "--on", "--off"], "not allowed"),
     "tm-port-range": (["tm", "add", "{lab}", "--switch", "leaf1", "--src", "10.0.0.2", "--dst", "10.0.1.2",
                        "--sport", "70000", "--egress", "up1"], "port number"),

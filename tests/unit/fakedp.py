@@ -3,6 +3,7 @@ programmer and the monitor call, keeping what they write in dicts. The replies t
 programmer builds from it are the agent's real replies (same code, same field names)."""
 from __future__ import annotations
 
+import ipaddress
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -27,6 +28,7 @@ class FakeDataplane:
         self.avoid: dict[tuple[int, str], int] = {}
         self.up: dict[int, bool] = {}
         self.tx: dict[int, int] = {}         # ifindex -> tx bytes so far
+        self.tm: dict[tuple, int] = {}       # (switch id, 5-tuple) -> egress ifindex
 
     def set_switch(self, switch_id, *, hash_seed, hash_fields=None):
         self.switches[switch_id] = {"hash_seed": hash_seed, "hash_fields": hash_fields}
@@ -94,6 +96,17 @@ class FakeDataplane:
 
     def routes(self, switch_id):
         return dict(self.route_table.get(switch_id, {}))
+
+    def lookup_route(self, switch_id, ip):
+        hits = [(ipaddress.IPv4Network(p).prefixlen, gid) for p, gid in self.route_table.get(switch_id, {}).items()
+                if ipaddress.IPv4Address(ip) in ipaddress.IPv4Network(p)]
+        return max(hits)[1] if hits else None
+
+    def tm_add(self, switch_id, *, src, dst, sport, dport, proto="udp", egress_ifindex, dmac):
+        self.tm[(switch_id, src, dst, sport, dport, proto)] = egress_ifindex
+
+    def tm_del(self, switch_id, *, src, dst, sport, dport, proto="udp"):
+        return self.tm.pop((switch_id, src, dst, sport, dport, proto), None) is not None
 
     def set_route_avoid(self, switch_id, prefix, mask):
         self.avoid[(switch_id, prefix)] = mask

@@ -212,6 +212,38 @@ def test_exclusion_table_is_only_read_under_the_lock():
     assert mon.counters["leaf1"]["expired"] == 1
 
 
+def test_flow_notice_moves_only_the_named_flows_of_the_leafs_own_hosts():
+    """A flow-granular notice from spine1 survives the wire format; leaf1 moves the named
+    flow of its own host off spine1 (one TM entry), ignores a named flow it does not
+    source, installs nothing for the prefix as a whole, and drops the entry on expiry."""
+    mon = _monitor()
+    p = mon.p
+    leaf1, leaf2, spine1 = (p.spec.node(n) for n in ("leaf1", "leaf2", "spine1"))
+    src = p.spec.host_nics["srv1"][0].address.split("/")[0]
+    dst = p.spec.host_nics["srv3"][0].address.split("/")[0]
+    other = p.spec.host_nics["srv5"][0].address.split("/")[0]
+    flows = [(src, dst, 4000, 9000, 17), (other, dst, 4001, 9000, 17)]
+    wire = Notice(T_WITHDRAW, R_UTIL, 1, spine1.switch_id, 0, "10.0.1.0/24", hold_ms=5, flows=flows).pack()
+    notice = Notice.unpack(wire)
+    assert notice.flows == flows
+    mon.handle_notice(leaf1, notice, time.monotonic_ns())
+    mon.handle_notice(leaf2, notice, time.monotonic_ns())
+    assert list(p.dp.tm) == [(leaf1.switch_id, src, dst, 4000, 9000, 17)]
+    egress = p.spec.port(next(iter(p.dp.tm.values())))[1]
+    assert egress.peer_node != "spine1"
+    assert not mon.excl and not any(p.dp.avoid.values()) and not mon.dyn_routes
+    mon._expire(time.monotonic_ns() + 10**9)
+    assert not p.dp.tm and mon.counters["leaf1"]["flows_expired"] == 1
+
+
+def test_unknown_granularity_is_refused_and_changes_nothing():
+    mon = _monitor()
+    before = dict(mon.cfg)
+    with pytest.raises(ValueError, match="granularity 'packet'"):
+        mon.configure(arn=True, granularity="packet")
+    assert mon.cfg == before
+
+
 def test_arn_ports_follow_the_routing_state():
     """The ports whose congestion matters are worked out again when the programmer's
     routing state changes (they were cached once and never refreshed)."""
