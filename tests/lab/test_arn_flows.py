@@ -54,25 +54,26 @@ def test_flow_granular_arn_moves_only_the_caught_flows(lab):
                               if hop[0].startswith("spine")).most_common(1)[0][0]
     on_hot = [sp for sp, path in before.items() if HOT in path]
     assert len(on_hot) >= 4, (HOT, on_hot)
-    # the hot link gets half of what its flows offer: congested, and moving the caught
-    # flows (heaviest first until the rest is below the limit) leaves some on it
+    # the hot link can carry two of its flows (2x over at least): moving the caught flows
+    # (heaviest first until the rest is under 0.9 of it) leaves one there
     per_flow_nominal = SIZE * 8 * PPS / FLOWS / SCALE
-    speed_g = len(on_hot) * per_flow_nominal * 0.5 / 1e9
+    speed_g = 2 * per_flow_nominal / 1e9
     stream = RawStream(lab, SRC, DST_IP, dport=DPORT, sport_base=SPORT_BASE, size=SIZE)
     rx = Receiver(lab.node(DST_HOST).netns, DPORT)
     samples = {}
 
     def sample(name):
         def f():
-            c = _port(fab, *HOT)
-            samples[name] = (c["tx_bytes"], c["utilization"], time.monotonic())
+            reply = fab.counters(HOT[0])       # t_ns: when the agent read the counters
+            c = reply["switches"][HOT[0]]["ports"][HOT[1]]
+            samples[name] = (c["tx_bytes"], c["utilization"], reply["t_ns"] / 1e9)
         return f
 
     try:
         faults.notifications(lab.name, arn=True, granularity="flow", arn_util=UTIL_LIMIT,
                              arn_queue_bytes=1 << 30, hold_ms=HOLD_MS, interval_ms=INTERVAL_MS)
         faults.degrade(lab.name, f"{HOT[0]}:{HOT[1]}", f"{speed_g:.3f}G")
-        paced(stream.send_one, FLOWS, PPS, 1.6, [(1.0, sample("a")), (1.5, sample("b"))])
+        paced(stream.send_one, FLOWS, PPS, 1.6, [(0.8, sample("a")), (1.5, sample("b"))])
         rx.stop()
         st = faults.status(lab.name)
         moved = {m["flow"][2] for m in st["flow_moves"] if m["switch"] == "leaf1"}
@@ -97,7 +98,7 @@ def test_flow_granular_arn_moves_only_the_caught_flows(lab):
     assert moved <= set(on_hot), "a flow that never crossed the hot link was moved"
     assert changed == moved, "exactly the caught flows change path; every other keeps its own"
     assert all(hop[0] != HOT[0] for sp in moved for hop in after[sp]), f"a moved flow still crosses {HOT[0]}"
-    assert set(on_hot) - moved, "every flow was moved: not a flow-granular reaction"
+    assert len(set(on_hot) - moved) == 1, "one of the hot link's flows fits under its limit and stays"
     assert load < UTIL_LIMIT
     assert left == ([], []), f"entries left after the hold: {left}"
     assert "granularity=flow" in shown and shown.count("flow moved leaf1") == len(moved), shown
