@@ -8,7 +8,26 @@ import re
 import pytest
 
 from dataplane import bpf_abi as abi
-from dataplane.switch_dataplane import BPF_DIR
+from dataplane import bpfcache
+from dataplane.switch_dataplane import BPF_DIR, SWITCH_C
+
+
+@pytest.fixture(scope="module")
+def bcc_view(dp):
+    """The C types as bcc compiles them with the data plane's own flags. The data plane
+    itself may have been loaded from railab's cache, which keeps fds, not bcc's types."""
+    from bcc import BPF   # deferred on purpose: bcc is only on root/test machines
+    b = BPF(src_file=str(SWITCH_C).encode(), cflags=dp.cflags)
+    try:
+        yield b
+    finally:
+        b.cleanup()
+
+
+def _max_entries(fd: int) -> int:
+    info = bpfcache._MapInfo()
+    bpfcache._info(fd, info)
+    return info.max_entries
 
 
 def _layout(t) -> list[tuple[str, int, int]]:
@@ -26,8 +45,8 @@ def _layout(t) -> list[tuple[str, int, int]]:
 
 
 @pytest.mark.parametrize("name", sorted(abi.MAPS))
-def test_map_types_match_c(dp, name):
-    table = dp._bpf[name.encode()]
+def test_map_types_match_c(bcc_view, name):
+    table = bcc_view[name.encode()]
     bcc_key = table.Key
     bcc_leaf = getattr(table, "sLeaf", table.Leaf)   # PERCPU tables keep the per-CPU leaf in sLeaf
     key, leaf = abi.MAPS[name]
@@ -64,8 +83,11 @@ def test_constants_match_c_defines():
         assert defines[k] == v, k
 
 
-def test_compiled_sizes_follow_cflags(dp):
+def test_compiled_sizes_follow_cflags(dp, bcc_view):
     assert f"-DMAX_PORTS={dp.max_ports}" in dp.cflags
-    assert dp._bpf[b"members"].max_entries == dp.max_groups * dp.max_members
-    assert dp._bpf[b"port_stats"].max_entries == dp.max_ports
-    assert dp._bpf[b"routes"].max_entries == dp.max_routes
+    expected = {"members": dp.max_groups * dp.max_members, "port_stats": dp.max_ports,
+                "routes": dp.max_routes}
+    for name, entries in expected.items():
+        assert bcc_view[name.encode()].max_entries == entries, name
+        # the object the data plane runs (compiled, or loaded from the cache) agrees
+        assert _max_entries(dp._object.maps[name]) == entries, name
