@@ -31,6 +31,13 @@ def _direction(rows: dict, sender: str, receiver: str) -> tuple[float, float]:
     return (bps / speed if speed else 0.0), bps
 
 
+def _pausing(row, counters) -> bool:
+    """PFC: the switch port keeps its neighbour paused now, or did during the interval."""
+    if counters is not None and (counters.pfc or {}).get("pausing"):
+        return True
+    return bool(row is not None and row.paused)
+
+
 def frame(links: list[dict], rows: list[PortRow], port_up: dict, snapshot, *, stamp: float,
           dt: float, faults: dict | None = None) -> dict:
     """One update: per link (layout order) [down util, up util, down b/s, up b/s, state];
@@ -49,7 +56,7 @@ def frame(links: list[dict], rows: list[PortRow], port_up: dict, snapshot, *, st
             node, port = _split(ref)
             if port_up.get(node, {}).get(port) is False:
                 state = DOWN
-            elif state == UP and getattr(counters.get((node, port)), "paused", False):
+            elif state == UP and _pausing(by_port.get((node, port)), counters.get((node, port))):
                 state = PAUSED
         out_links.append([round(down_u, 4), round(up_u, 4), round(down_bps), round(up_bps), state])
     switches: dict[str, dict] = {}

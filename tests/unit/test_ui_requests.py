@@ -109,6 +109,18 @@ def test_frame_reads_each_direction_where_it_is_sent(spec):
     assert all(l["state"] == "up" for l in idle)
 
 
+def test_a_port_pausing_its_neighbour_draws_its_link_paused(spec):
+    links = layout(spec)["links"]
+    before, after = _snapshot(spec, {}), _snapshot(spec, {})
+    # PFC: the leaf's host port keeps srv1 paused (the agent's pfc counters of that port)
+    after.switches["p0-leaf1-r0"].ports["down1"].pfc = {"pausing": True, "paused_ns": 0}
+    rows = top.compute_rows(before, after, 1.0)
+    port_up = {n.name: {i.name: True for i in n.interfaces} for n in spec.switches}
+    out = live.named(links, live.frame(links, rows, port_up, after, stamp=0.0, dt=1.0))
+    assert out["links"]["p0-leaf1-r0:down1>srv1:nic0a"]["state"] == "paused"
+    assert sum(l["state"] == "paused" for l in out["links"].values()) == 1
+
+
 # ---------------------------------------------------------------- the server's guard
 @pytest.fixture
 def recorded_lab(tmp_path, monkeypatch, spec):
