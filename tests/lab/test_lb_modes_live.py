@@ -174,54 +174,72 @@ def test_traffic_matrix_entry_overrides_mode(lab, fab):
 
 
 # ---------------------------------------------------------------- flowlet
+def _wait_for_packets(fab, before, n, timeout_s=5.0):
+    """Members' packet deltas once `n` packets have crossed the group (or at the timeout)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        d = delta(member_packets(fab, LEAF, DST), before)
+        if sum(d.values()) >= n or time.monotonic() > deadline:
+            return d
+        time.sleep(0.01)
+
+
 def test_flowlet_moves_only_after_a_gap(lab, fab):
     spec, _, ports = lab
     p, bg = ports["srv1"], ports["srv2"]
-    # real-fabric time: 12.5 us at scale 1/4000 is a 50 ms gap of wall-clock time
-    fab.set_mode("flowlet", switch=LEAF, flowlet_timeout_us=12.5)
+    # real-fabric time: 25 us at scale 1/4000 is a 100 ms gap of wall-clock time
+    fab.set_mode("flowlet", switch=LEAF, flowlet_timeout_us=25)
     f = p.frame(DST, 6000, 6001)
-    before = member_packets(fab, LEAF, DST)
-    for _ in range(5):
-        p.send([f])
-        time.sleep(0.001)
-    d = delta(member_packets(fab, LEAF, DST), before)
-    (current,) = [m for m, v in d.items() if v == 5]
-    # load the flow's member with a background flow pinned to it, at 1.5x its speed,
-    # while the flow keeps sending with 1 ms gaps (< 50 ms: one flowlet). The background
-    # sender is a forked process (a thread would hold the GIL and stretch the gaps).
-    speed = fab.show()["switches"][LEAF]["ports"][current]["speed_bps"]
-    fab.tm_add(LEAF, src=bg.ip, dst=DST, sport=6100, dport=6101, egress=current)
-    stop = multiprocessing.get_context("fork").Event()
+    fork = multiprocessing.get_context("fork")
+    flow_stop, background_stop = fork.Event(), fork.Event()
 
-    def background():
-        frame = bg.frame(DST, 6100, 6101, size=1000)
-        while not stop.is_set():
-            bg.send([frame] * 50, rate_bps=1.5 * speed)
-
-    t = multiprocessing.get_context("fork").Process(target=background, daemon=True)
-    before = member_packets(fab, LEAF, DST)
-    t.start()
-    try:
-        t_end = time.monotonic() + 0.4
-        while time.monotonic() < t_end:
+    # Both senders are forked processes (threads would share the GIL and stretch the
+    # gaps). The flow sends every 1 ms (< 100 ms: one flowlet) from its first packet on,
+    # so the agent calls below make no gap in it.
+    def flow():
+        while not flow_stop.is_set():
             p.send([f])
             time.sleep(0.001)
+
+    def background(speed_bps):
+        frame = bg.frame(DST, 6100, 6101, size=1000)
+        while not background_stop.is_set():
+            bg.send([frame] * 50, rate_bps=1.5 * speed_bps)
+
+    procs = [fork.Process(target=flow, daemon=True)]
+    before = member_packets(fab, LEAF, DST)
+    procs[0].start()
+    try:
+        d = _wait_for_packets(fab, before, 20)
+        (current,) = [m for m, v in d.items() if v]
+        # load the flow's member with a background flow pinned to it, at 1.5x its speed
+        speed = fab.show()["switches"][LEAF]["ports"][current]["speed_bps"]
+        fab.tm_add(LEAF, src=bg.ip, dst=DST, sport=6100, dport=6101, egress=current)
+        procs.append(fork.Process(target=background, args=(speed,), daemon=True))
+        procs[1].start()
+        before = member_packets(fab, LEAF, DST)
+        time.sleep(0.4)
         load = fab.counters(LEAF)["switches"][LEAF]["ports"][current]
         assert load["utilization"] > 0.7, load
         d = delta(member_packets(fab, LEAF, DST), before)
-        assert all(v == 0 for m, v in d.items() if m != current), d   # never moved
-        # gaps of 120 ms > 50 ms: each packet starts a flowlet on a less-loaded member
+        assert d[current] > 50, d                                      # the flow kept sending
+        assert all(v == 0 for m, v in d.items() if m != current), d   # and never moved
+        flow_stop.set()
+        procs[0].join(5)
+        # gaps of 250 ms > 100 ms: each packet starts a flowlet on a less-loaded member
         before = member_packets(fab, LEAF, DST)
         for _ in range(10):
-            time.sleep(0.12)
+            time.sleep(0.25)
             p.send([f])
         d = delta(member_packets(fab, LEAF, DST), before)
         assert sum(v for m, v in d.items() if m != current) == 10, d
     finally:
-        stop.set()
-        t.join(5)
-        if t.is_alive():
-            t.kill()
+        flow_stop.set()
+        background_stop.set()
+        for proc in procs:
+            proc.join(5)
+            if proc.is_alive():
+                proc.kill()
 
 
 # ---------------------------------------------------------------- SprayLink
