@@ -140,6 +140,8 @@
  * the lossless class can be held for a pause while the other keeps sending */
 #define PFC_TC_LOSSLESS   0x10010U
 #define PFC_TC_OTHER      0x10020U
+#define PFC_TC_CNP        0x10030U    /* CNPs: a class of their own, first to send */
+#define PFC_CNP_DSCP      48          /* DSCP of CNPs (CS6, priority 6; dataplane.pfc) */
 
 /* struct handoff.magic: "rail", tells railab's metadata from anything else in front */
 #define HANDOFF_MAGIC     0x7261696cU

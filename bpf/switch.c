@@ -522,7 +522,7 @@ static __always_inline int rl_transmit(struct xdp_md *ctx, struct ethhdr *eth, s
 
         pc = pfc_cfg.lookup(&zero);
         if (pc && (pc->flags & PFC_F_ON)) {
-            tc_class = PFC_TC_OTHER;
+            tc_class = (iph->tos >> 2) == PFC_CNP_DSCP ? PFC_TC_CNP : PFC_TC_OTHER;
             if ((iph->tos >> 2) == pc->lossless_dscp) {
                 tc_class = PFC_TC_LOSSLESS;
                 prio = pc->lossless_prio & 7;

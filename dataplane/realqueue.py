@@ -14,9 +14,9 @@ Both queues drain at the same speed, so the real backlog follows the virtual one
 virtual queue keeps deciding drops and marks (counted in the data plane's counters) and
 the tbf limit leaves room above the virtual buffer so it never drops first.
 
-With PFC on, the root is an HTB at the port's speed with two classes, the lossless
-priority (1:10, which tc_handoff picks through skb->priority) and everything else
-(1:20), each able to take the whole port. The lossless class sends through a tbf of its
+With PFC on, the root is an HTB at the port's speed with a class for the lossless
+priority (1:10, which tc_handoff picks through skb->priority), one for CNPs (1:30, sent
+first) and one for everything else (1:20), each able to take the whole port. The lossless class sends through a tbf of its
 own: a pause from the neighbour sets that tbf to a trickle (HOLD_BPS) and its end sets it
 back, which also refills its bucket, so the held frames leave at once at the port's speed.
 The trickle is the slowest rate at which tbf still takes a full frame: its bucket is a
@@ -40,6 +40,7 @@ SHAPER_HANDLE = 0x10000                # "1:"
 PORT_CLASS = 0x10001                   # HTB "1:1", the port's speed (PFC on)
 LOSSLESS_CLASS = 0x10010               # "1:10" = bpf_abi.PFC_TC_LOSSLESS
 OTHER_CLASS = 0x10020                  # "1:20" = bpf_abi.PFC_TC_OTHER, HTB's default
+CNP_CLASS = 0x10030                    # "1:30" = bpf_abi.PFC_TC_CNP, CNPs
 LOSSLESS_TBF = 0x100000                # "10:", the lossless class's tbf (held for pauses)
 TBF_MAX_BUCKET_NS = 2**32 - 1          # the kernel keeps a tbf bucket as at most this many ns
 MAX_SHAPER_BPS = (2**32 - 1) * 8       # tbf's 32-bit bytes/s rate (pyroute2 sends no rate64)
@@ -146,11 +147,15 @@ class NamespaceQueues:
         self._ipr.tc("add", "htb", ifindex, SHAPER_HANDLE, default=OTHER_CLASS & 0xFFFF)
         self._ipr.tc("add-class", "htb", ifindex, PORT_CLASS, parent=SHAPER_HANDLE,
                      rate=rate, ceil=rate, burst=burst, cburst=burst)
-        half = f"{max(params.rate_bps // 2, 8)}bit"
-        for cls in (LOSSLESS_CLASS, OTHER_CLASS):
-            self._ipr.tc("add-class", "htb", ifindex, cls, parent=PORT_CLASS,
-                         rate=half, ceil=rate, burst=burst, cburst=burst)
-        self._ipr.tc("add", "bfifo", ifindex, 0x200000, parent=OTHER_CLASS, limit=params.limit_bytes)
+        # CNPs get a tenth guaranteed and the first turn at what is left over (HTB prio 0):
+        # a CNP is not stuck behind data, as in a switch's strict-priority CNP queue
+        shares = {CNP_CLASS: (params.rate_bps // 10, 0), LOSSLESS_CLASS: (params.rate_bps * 9 // 20, 1),
+                  OTHER_CLASS: (params.rate_bps * 9 // 20, 1)}
+        for cls, (share, prio) in shares.items():
+            self._ipr.tc("add-class", "htb", ifindex, cls, parent=PORT_CLASS, rate=f"{max(share, 8)}bit",
+                         ceil=rate, burst=burst, cburst=burst, prio=prio)
+        for cls, leaf in ((OTHER_CLASS, 0x200000), (CNP_CLASS, 0x300000)):     # "20:", "30:"
+            self._ipr.tc("add", "bfifo", ifindex, leaf, parent=cls, limit=params.limit_bytes)
         self._set_lossless(ifindex, params, held=False, verb="add")
 
     def _set_lossless(self, ifindex: int, params: ShaperParams, held: bool, verb: str = "change") -> None:
