@@ -708,7 +708,14 @@ class SwitchDataplane:
         if pp is None:
             return {}
         now = time.monotonic_ns()
-        occupancy = self.pfc_occupancy_of(pp, now, lambda slot: self.pfc_paused(slot, now))
+        paused: dict[int, bool] = {}          # one read per egress port however many entries
+
+        def still_held(slot: int) -> bool:
+            if slot not in paused:
+                paused[slot] = self.pfc_paused(slot, now)
+            return paused[slot]
+
+        occupancy = self.pfc_occupancy_of(pp, now, still_held)
         return {"occupancy_bytes": occupancy, "peak_bytes": pp.peak, "headroom_drops": pp.headroom_drops,
                 "pause_rx": pp.pause_rx, "paused_until_ns": list(pp.pause_until)}
 
