@@ -34,27 +34,37 @@ def _grown(now: int, before: int) -> int:
     return now - before if now >= before else now
 
 
-def _direction(cur_tx, prev_tx, cur_rx, prev_rx, dt: float) -> tuple[float, float]:
-    """(utilisation, b/s) of one direction: at its sender's tx if the sender is a switch
-    port, else at its receiver's rx. A port the earlier read lacked has no rate yet."""
-    if cur_tx is not None:
-        if prev_tx is None:
-            return 0.0, 0.0
-        bps = _grown(cur_tx[TX], prev_tx[TX]) * 8 / dt
-        speed = cur_tx[SPEED]
-    elif cur_rx is not None:
-        if prev_rx is None:
-            return 0.0, 0.0
-        bps = _grown(cur_rx[RX], prev_rx[RX]) * 8 / dt
-        speed = cur_rx[SPEED]
-    else:
-        return 0.0, 0.0
-    return (bps / speed if speed else 0.0), bps
-
-
-def _paused(cur, prev) -> bool:
-    """PFC: the switch port keeps its neighbour paused now, or did during the interval."""
-    return bool(cur[PAUSING] or (prev is not None and _grown(cur[PAUSED_NS], prev[PAUSED_NS])))
+def _ports(prev: dict, cur: dict, dt: float) -> tuple[dict, dict]:
+    """One pass over every switch port of two replies: per switch {port: (tx b/s, rx b/s,
+    speed, state)}, and per switch its queue, drop and ECN rates and totals and modes.
+    A port the earlier reply lacked has no rate yet; PAUSED: the port keeps its
+    neighbour paused (PFC) now, or did during the interval."""
+    views: dict[str, dict] = {}
+    switches: dict[str, dict] = {}
+    none: dict = {}
+    for name, sw in cur["switches"].items():
+        before = prev["switches"].get(name, none).get("ports", none)
+        view = views[name] = {}
+        queue = drops = ecn = drops_grown = ecn_grown = 0
+        for port, c in sw["ports"].items():
+            queue += c[QUEUE]
+            drops += c[DROPS]
+            ecn += c[ECN]
+            p = before.get(port)
+            if p is None:
+                tx = rx = 0.0
+                paused = c[PAUSING]
+            else:
+                tx = _grown(c[TX], p[TX]) * 8 / dt
+                rx = _grown(c[RX], p[RX]) * 8 / dt
+                drops_grown += _grown(c[DROPS], p[DROPS])
+                ecn_grown += _grown(c[ECN], p[ECN])
+                paused = c[PAUSING] or _grown(c[PAUSED_NS], p[PAUSED_NS]) > 0
+            view[port] = (tx, rx, c[SPEED], DOWN if not c[PORT_UP] else PAUSED if paused else UP)
+        switches[name] = {"queue_bytes": queue, "drops_per_s": round(drops_grown / dt, 1),
+                          "ecn_per_s": round(ecn_grown / dt, 1), "drops": drops, "ecn": ecn,
+                          "modes": list(sw.get("modes", []))}
+    return views, switches
 
 
 def frame(ends: list[tuple[str, str, str, str]], prev: dict, cur: dict, *, stamp: float, dt: float,
@@ -62,42 +72,32 @@ def frame(ends: list[tuple[str, str, str, str]], prev: dict, cur: dict, *, stamp
     """One update: per link (plan order) [down util, up util, down b/s, up b/s, state];
     per switch the queue, drop and ECN rates and totals and its groups' modes.
 
-    prev, cur: two port_load replies (cur the later); a link is down when either switch
-    end is down."""
+    prev, cur: two port_load replies (cur the later). A direction is read at its sender's
+    tx if the sender is a switch port, else at its receiver's rx; a link is down when
+    either switch end is down, else paused when either is."""
     dt = dt if dt > 0 else 1e-9
-    cur_sw, prev_sw = cur["switches"], prev["switches"]
+    views, switches = _ports(prev, cur, dt)
     none: dict = {}
     out_links = []
     for a_node, a_port, b_node, b_port in ends:
-        ca, cb = cur_sw.get(a_node, none).get("ports", none).get(a_port), \
-            cur_sw.get(b_node, none).get("ports", none).get(b_port)
-        pa, pb = prev_sw.get(a_node, none).get("ports", none).get(a_port), \
-            prev_sw.get(b_node, none).get("ports", none).get(b_port)
-        down_u, down_bps = _direction(ca, pa, cb, pb, dt)
-        up_u, up_bps = _direction(cb, pb, ca, pa, dt)
-        if (ca is not None and not ca[PORT_UP]) or (cb is not None and not cb[PORT_UP]):
-            state = DOWN
-        elif (ca is not None and _paused(ca, pa)) or (cb is not None and _paused(cb, pb)):
-            state = PAUSED
+        va, vb = views.get(a_node, none).get(a_port), views.get(b_node, none).get(b_port)
+        if va is not None:
+            down_bps, down_speed = va[0], va[2]
+        elif vb is not None:
+            down_bps, down_speed = vb[1], vb[2]
         else:
-            state = UP
-        out_links.append([round(down_u, 4), round(up_u, 4), round(down_bps), round(up_bps), state])
-    switches: dict[str, dict] = {}
-    for name, sw in cur_sw.items():
-        before = prev_sw.get(name, none).get("ports", none)
-        queue = drops = ecn = 0
-        drops_grown = ecn_grown = 0
-        for port, c in sw["ports"].items():
-            queue += c[QUEUE]
-            drops += c[DROPS]
-            ecn += c[ECN]
-            p = before.get(port)
-            if p is not None:
-                drops_grown += _grown(c[DROPS], p[DROPS])
-                ecn_grown += _grown(c[ECN], p[ECN])
-        switches[name] = {"queue_bytes": queue, "drops_per_s": round(drops_grown / dt, 1),
-                          "ecn_per_s": round(ecn_grown / dt, 1), "drops": drops, "ecn": ecn,
-                          "modes": list(sw.get("modes", []))}
+            down_bps = down_speed = 0
+        if vb is not None:
+            up_bps, up_speed = vb[0], vb[2]
+        elif va is not None:
+            up_bps, up_speed = va[1], va[2]
+        else:
+            up_bps = up_speed = 0
+        states = (va[3] if va is not None else UP, vb[3] if vb is not None else UP)
+        state = DOWN if DOWN in states else PAUSED if PAUSED in states else UP
+        out_links.append([round(down_bps / down_speed, 4) if down_speed else 0.0,
+                          round(up_bps / up_speed, 4) if up_speed else 0.0,
+                          round(down_bps), round(up_bps), state])
     return {"t": stamp, "dt": round(dt, 4), "links": out_links, "switches": switches,
             "faults": faults or {}}
 
