@@ -84,9 +84,12 @@ class Feed:
         return await asyncio.get_running_loop().run_in_executor(None, self._poll)
 
     async def run(self) -> None:
+        due = time.monotonic()
         try:
             while self.subscribers or time.monotonic() - self.last_use < FEED_IDLE_S:
-                started = time.monotonic()
+                # polls on a fixed schedule (every interval from the first), so wake-up delays
+                # do not add up; a poll that overran starts the next one at once
+                due = max(due + self.interval_s, time.monotonic())
                 try:
                     update = await self._tick()
                 except RailabError as err:
@@ -96,7 +99,7 @@ class Feed:
                     self.ready.set()
                     text = json.dumps(update, separators=(",", ":"))
                     await asyncio.gather(*(self._send(ws, text) for ws in list(self.subscribers)))
-                await asyncio.sleep(max(0.0, self.interval_s - (time.monotonic() - started)))
+                await asyncio.sleep(max(0.0, due - time.monotonic()))
         finally:
             self.task = None
             self.ready.clear()
