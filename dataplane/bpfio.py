@@ -47,6 +47,10 @@ def _lib():
         lib.bpf_update_elem.restype = ct.c_int
         lib.bpf_delete_elem.argtypes = [ct.c_int, ct.c_void_p]
         lib.bpf_delete_elem.restype = ct.c_int
+        # (fd, in_batch, out_batch, keys, values, count): BPF_MAP_LOOKUP_BATCH, Linux 5.6+
+        lib.bpf_lookup_batch.argtypes = [ct.c_int, ct.c_void_p, ct.c_void_p, ct.c_void_p, ct.c_void_p,
+                                         ct.c_void_p]
+        lib.bpf_lookup_batch.restype = ct.c_int
         _LIB = lib
     return _LIB
 
@@ -108,6 +112,30 @@ class BpfMaps:
         if not self.lookup(name, ct.c_uint32(index), buf):
             raise DataplaneError(f"BPF map {name}: no entry {index}")
         return list(buf)
+
+    def array_values(self, name: str, count: int, value: type):
+        """Entries 0..count-1 of an array map in one BPF_MAP_LOOKUP_BATCH call: a ctypes
+        array of `value` (for a per-CPU map, pass a type of ncpus values; the kernel
+        rounds each CPU's value to 8 bytes). Falls back to one lookup per entry where
+        the kernel has no batch lookup for the map."""
+        values = (value * count)()
+        if count == 0:
+            return values
+        keys = (ct.c_uint32 * count)()
+        out_batch = ct.c_uint32()
+        n = ct.c_uint32(count)
+        rc = _lib().bpf_lookup_batch(self.fds[name], None, ct.byref(out_batch), keys, values, ct.byref(n))
+        err = ct.get_errno() if rc < 0 else 0
+        if rc == 0 or err == errno.ENOENT:      # ENOENT: the read reached the array's end
+            if n.value == count:
+                return values
+            raise DataplaneError(f"BPF map {name}: {n.value} entries, not {count}")
+        if err not in (errno.EINVAL, errno.ENOTSUP, errno.EOPNOTSUPP, errno.ENOSYS):
+            raise DataplaneError(f"BPF map {name} batch lookup failed: {os.strerror(err)}")
+        for i in range(count):
+            if not self.lookup(name, ct.c_uint32(i), values[i]):
+                raise DataplaneError(f"BPF map {name}: no entry {i}")
+        return values
 
     def zero_percpu(self, name: str, index: int, leaf: type) -> None:
         self.update(name, ct.c_uint32(index), (leaf * self.ncpus)())

@@ -13,6 +13,7 @@ import time
 
 from pyroute2 import IPRoute
 
+from dataplane.agent import protocol as proto
 from dataplane.lb import expand_hash_fields
 from dataplane.netns_util import in_netns
 from dataplane.runtime.labspec import LabSpec
@@ -57,10 +58,7 @@ class KernelSwitches:
         result: dict = {"switches": {}, "verdicts": {}, "drops": {}}
         forwarded = 0
         for node in nodes:
-            with in_netns(node.netns):
-                with IPRoute() as ipr:
-                    links = {msg["index"]: msg for msg in ipr.get_links()}
-                snmp = _ip_snmp()
+            links, snmp = _read_switch(node)
             ports = {}
             for i in node.interfaces:
                 stats = links[i.ifindex].get_attr("IFLA_STATS64") if i.ifindex in links else None
@@ -73,6 +71,26 @@ class KernelSwitches:
         result["verdicts"] = {"forwarded (kernel)": {"packets": forwarded, "bytes": 0}}
         result["t_ns"] = (started + time.monotonic_ns()) // 2
         return result
+
+    def port_load(self, switch: str | None = None) -> dict:
+        """The port_load reply from the kernel's link statistics; a port is up while its
+        link is (operstate UP); the only mode is the kernel's ECMP, where a route has several
+        next hops (as lb_show says)."""
+        nodes = self.select(switch, None) if switch is not None else self.spec.switches
+        started = time.monotonic_ns()
+        out: dict = {"fields": list(proto.LOAD_FIELDS), "switches": {}}
+        for node in nodes:
+            links, _ = _read_switch(node, snmp=False)
+            ports = {}
+            for i in node.interfaces:
+                msg = links.get(i.ifindex)
+                stats = msg.get_attr("IFLA_STATS64") if msg is not None else None
+                up = msg is not None and msg.get_attr("IFLA_OPERSTATE") == "UP"
+                ports[i.name] = proto.load_row(proto.PortCounters(**_port_counters(stats, i.speed_bps)), up)
+            multipath = any(len(r.nexthops) > 1 for r in self.spec.routes.get(node.name, []))
+            out["switches"][node.name] = {"ports": ports, "modes": ["ecmp"] if multipath else []}
+        out["t_ns"] = (started + time.monotonic_ns()) // 2
+        return out
 
     # ------------------------------------------------------------ load balancing
     def lb_show(self) -> dict:
@@ -162,6 +180,14 @@ class KernelSwitches:
 
     def port_states(self, switch=None):
         refuse("the port state masks")
+
+
+def _read_switch(node, snmp: bool = True) -> tuple[dict, dict]:
+    """A switch namespace's links by ifindex and its IP counters (/proc/net/snmp)."""
+    with in_netns(node.netns):
+        with IPRoute() as ipr:
+            links = {msg["index"]: msg for msg in ipr.get_links()}
+        return links, _ip_snmp() if snmp else {}
 
 
 def _port_counters(stats, nominal_speed_bps: int) -> dict:

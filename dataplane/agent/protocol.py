@@ -135,6 +135,14 @@ class PortStates(Request):
 
 
 @dataclass
+class PortLoad(Request):
+    """What a live view draws, per switch port: the few totals and states of LOAD_FIELDS
+    and each switch's group modes: a small part of the counters reply, cheap to build and read."""
+    op: ClassVar[str] = "port_load"
+    switch: str | None = None
+
+
+@dataclass
 class ArnConfig(Request):
     op: ClassVar[str] = "arn_config"
     notify: bool | None = None
@@ -205,7 +213,7 @@ class NavAnnounce(Request):
 
 REQUESTS: dict[str, type[Request]] = {cls.op: cls for cls in (
     Counters, Trace, LbSet, LbShow, LbRestore, PortModel, TmAdd, TmDel, TmList, PortSpeed,
-    SwitchReset, PortStates, ArnConfig, ArnStatus, Events, HoldPorts, ReleasePorts,
+    SwitchReset, PortStates, PortLoad, ArnConfig, ArnStatus, Events, HoldPorts, ReleasePorts,
     Flows, NavStart, NavStop, NavStatus, NavAnnounce)}
 
 
@@ -226,6 +234,30 @@ def decode(obj: dict) -> Request:
 def request(op: str, **fields) -> Request:
     """The request for op with these fields (None = not given)."""
     return decode({"op": op, **{k: v for k, v in fields.items() if v is not None}})
+
+
+# ------------------------------------------------------------------ the port_load reply
+# One list per port, in this order (the reply names them in its "fields"):
+#   tx_bytes, rx_bytes, ecn_marked: totals since deploy, as the counters reply's
+#   drops:       every drop reason of the port summed (the counters reply's "drops" values)
+#   speed_bps:   what utilisation is measured against: the emulated speed, or the
+#                topology's where the port has no model
+#   queue_bytes: bytes waiting now: a real queue's shaper backlog, a modelled port's
+#                virtual backlog, 0 without a model (as `railab top` reads them)
+#   paused_ns:   PFC: wall ns this port has kept its neighbour paused, in total (0: PFC off)
+#   pausing:     1 while it keeps it paused now
+#   up:          1 unless the port is down (a fault)
+LOAD_FIELDS = ("tx_bytes", "rx_bytes", "ecn_marked", "drops", "speed_bps", "queue_bytes", "paused_ns",
+               "pausing", "up")
+
+
+def load_row(c: "PortCounters", up: bool) -> list:
+    """A port's port_load list from its counters-reply entry (what the agent sends, in the
+    reply's terms: a test holds the two replies to it)."""
+    modelled = bool(c.speed_bps)
+    queue = int(c.shaper.get("backlog_bytes", 0)) if c.shaper is not None else c.queue_bytes if modelled else 0
+    return [c.tx_bytes, c.rx_bytes, c.ecn_marked, sum(c.drops.values()), c.speed_bps or c.nominal_speed_bps,
+            queue, (c.pfc or {}).get("paused_ns", 0), int(bool((c.pfc or {}).get("pausing"))), int(bool(up))]
 
 
 # ------------------------------------------------------------------ the counters reply

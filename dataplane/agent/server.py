@@ -78,6 +78,7 @@ class ControlServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
             proto.PortSpeed: lambda r: p.port_speed(**r.fields()),
             proto.SwitchReset: self._switch_reset,
             proto.PortStates: lambda r: p.port_states(r.switch),
+            proto.PortLoad: lambda r: p.port_load(r.switch),
         }
         self.unlocked: dict[type, Callable] = {
             proto.ArnConfig: lambda r: self._monitor().configure(**r.fields()),

@@ -352,12 +352,13 @@ def run_ui(args) -> int:
         return 0
     table = Table(title=f"railab bench ui ({result['lab']}: {result['nodes']} nodes, {result['links']} links, "
                         f"{result['switch_ports']} switch ports; one WebSocket subscriber)")
-    for col in ("updates/s (wanted)", "longest gap", "update size", "server CPU", "agent CPU", "window"):
+    for col in ("updates/s (wanted)", "longest gap", "update size", "server CPU", "agent CPU", "window", "load avg"):
         table.add_column(col, justify="right")
+    agent = "-" if result["agent_cpu_percent"] is None else \
+        f"{result['agent_cpu_percent']:.1f} % of a core ({result['agent_cpu_ms_per_update']:g} ms/update)"
     table.add_row(f"{result['updates_per_s']:g} ({result['expected_updates_per_s']:g})",
                   f"{result['max_gap_s']} s", f"{result['message_bytes']:,} B",
-                  f"{result['server_cpu_percent']:.1f} % of a core",
-                  "-" if result["agent_cpu_percent"] is None else f"{result['agent_cpu_percent']:.1f} % of a core",
-                  f"{result['window_s']} s")
+                  f"{result['server_cpu_percent']:.1f} % of a core ({result['server_cpu_ms_per_update']:g} ms/update)",
+                  agent, f"{result['window_s']} s", " ".join(f"{x:g}" for x in result["loadavg"]))
     output_console().print(table)
     return 0

@@ -4,7 +4,10 @@ Deploys the 56-node dual-plane lab (32 servers x 8 rails, 4 spines per plane; or
 deployed lab), starts `railab ui` as its own process, subscribes to the lab's WebSocket
 feed for the duration and counts the updates that arrive, while reading the server's CPU
 time (utime + stime of all its threads, /proc/PID/stat) at the start and end of the
-window. The agent's CPU is read the same way: it answers the server's polls."""
+window. The agent's CPU is read the same way: it answers the server's polls (its
+port_load replies), work the view causes outside the server's process. CPU time per
+update does not depend on how loaded the machine is; the share of a core does a little
+(a starved server sends fewer updates), so the load average is recorded with it."""
 from __future__ import annotations
 
 import asyncio
@@ -56,12 +59,18 @@ async def _subscribe(base: str, lab: str, duration_s: float, server_pid: int, ag
             cpu1, agent1, t1 = cpu_seconds(server_pid), agent_pid and cpu_seconds(agent_pid), time.monotonic()
     gaps = [b - a for a, b in zip([t0] + arrivals, arrivals)]
     window = t1 - t0
-    return {"updates": len(arrivals), "updates_per_s": round(len(arrivals) / window, 2),
+    per_update = max(1, len(arrivals))
+    # the rate is one over the mean time between updates (the window opens at an update):
+    # counting updates in the window would miss the one due at its very end
+    return {"updates": len(arrivals), "updates_per_s": round(len(gaps) / sum(gaps), 2) if gaps else 0.0,
             "max_gap_s": round(max(gaps), 3) if gaps else None,
             "message_bytes": round(sum(sizes) / len(sizes)) if sizes else 0,
             "server_cpu_percent": round(100 * (cpu1 - cpu0) / window, 2),
+            "server_cpu_ms_per_update": round(1000 * (cpu1 - cpu0) / per_update, 1),
             "agent_cpu_percent": round(100 * (agent1 - agent0) / window, 2) if agent_pid else None,
-            "window_s": round(window, 2)}
+            "agent_cpu_ms_per_update": round(1000 * (agent1 - agent0) / per_update, 1) if agent_pid else None,
+            "window_s": round(window, 2),
+            "loadavg": [float(x) for x in Path("/proc/loadavg").read_text().split()[:3]]}
 
 
 def bench_ui(duration_s: float = 30.0, interval_s: float = 0.5, lab: str | None = None) -> dict:

@@ -1,16 +1,23 @@
-"""What the page shows each tick, from two counter snapshots (pure).
+"""What the page shows each tick, from two port_load replies of the agent (pure).
 
-Per-port rates come from `railab top`'s own computation (dataplane.cli.top.compute_rows:
-counter deltas / time between polls, utilisation = tx rate / emulated port speed). A link
-has two directions: down (its upper end `a` to `b`) and up. A direction's load is read at
-the switch port that sends it (its tx), or, for a host's sending direction, at the switch
-port that receives it (its rx): hosts have no counters of their own.
+The agent's port_load reply (dataplane.agent.protocol.LOAD_FIELDS) holds per switch port
+only what the page draws; rates are computed as `railab top` does (dataplane.cli.top):
+counter deltas / time between the two reads, utilisation = tx rate / emulated port speed
+(the topology's where the port has no model), a counter that went back counts from zero.
+A link has two directions: down (its upper end `a` to `b`) and up. A direction's load is
+read at the switch port that sends it (its tx), or, for a host's sending direction, at
+the switch port that receives it (its rx): hosts have no counters of their own.
+
+Which ports each link reads is worked out once per lab (`plan`), not every tick.
 """
 from __future__ import annotations
 
+from dataplane.agent.protocol import LOAD_FIELDS
 from dataplane.cli.top import PortRow
 
 UP, DOWN, PAUSED = 0, 1, 2          # link states on the wire
+(TX, RX, ECN, DROPS, SPEED, QUEUE, PAUSED_NS, PAUSING, PORT_UP) = (LOAD_FIELDS.index(f) for f in (
+    "tx_bytes", "rx_bytes", "ecn_marked", "drops", "speed_bps", "queue_bytes", "paused_ns", "pausing", "up"))
 
 
 def _split(ref: str) -> tuple[str, str]:
@@ -18,62 +25,79 @@ def _split(ref: str) -> tuple[str, str]:
     return node, port
 
 
-def _direction(rows: dict, sender: str, receiver: str) -> tuple[float, float]:
-    """(utilisation 0.., b/s) of the direction sender -> receiver."""
-    row = rows.get(_split(sender))
-    if row is not None:
-        bps, speed = row.tx_bps, row.speed_bps or row.nominal_bps
-    else:
-        row = rows.get(_split(receiver))
-        if row is None:
-            return 0.0, 0.0
-        bps, speed = row.rx_bps, row.speed_bps or row.nominal_bps
-    return (bps / speed if speed else 0.0), bps
+def plan(links: list[dict]) -> list[tuple[str, str, str, str]]:
+    """Per link (layout order) its ends as (a node, a port, b node, b port)."""
+    return [(*_split(link["a"]), *_split(link["b"])) for link in links]
 
 
-def _pausing(row, counters) -> bool:
-    """PFC: the switch port keeps its neighbour paused now, or did during the interval."""
-    if counters is not None and (counters.pfc or {}).get("pausing"):
-        return True
-    return bool(row is not None and row.paused)
+def _grown(now: int, before: int) -> int:
+    return now - before if now >= before else now
 
 
-def frame(links: list[dict], rows: list[PortRow], port_up: dict, snapshot, *, stamp: float,
-          dt: float, faults: dict | None = None) -> dict:
-    """One update: per link (layout order) [down util, up util, down b/s, up b/s, state];
+def _ports(prev: dict, cur: dict, dt: float) -> tuple[dict, dict]:
+    """One pass over every switch port of two replies: per switch {port: (tx b/s, rx b/s,
+    speed, state)}, and per switch its queue, drop and ECN rates and totals and modes.
+    A port the earlier reply lacked has no rate yet; PAUSED: the port keeps its
+    neighbour paused (PFC) now, or did during the interval."""
+    views: dict[str, dict] = {}
+    switches: dict[str, dict] = {}
+    none: dict = {}
+    for name, sw in cur["switches"].items():
+        before = prev["switches"].get(name, none).get("ports", none)
+        view = views[name] = {}
+        queue = drops = ecn = drops_grown = ecn_grown = 0
+        for port, c in sw["ports"].items():
+            queue += c[QUEUE]
+            drops += c[DROPS]
+            ecn += c[ECN]
+            p = before.get(port)
+            if p is None:
+                tx = rx = 0.0
+                paused = c[PAUSING]
+            else:
+                tx = _grown(c[TX], p[TX]) * 8 / dt
+                rx = _grown(c[RX], p[RX]) * 8 / dt
+                drops_grown += _grown(c[DROPS], p[DROPS])
+                ecn_grown += _grown(c[ECN], p[ECN])
+                paused = c[PAUSING] or _grown(c[PAUSED_NS], p[PAUSED_NS]) > 0
+            view[port] = (tx, rx, c[SPEED], DOWN if not c[PORT_UP] else PAUSED if paused else UP)
+        switches[name] = {"queue_bytes": queue, "drops_per_s": round(drops_grown / dt, 1),
+                          "ecn_per_s": round(ecn_grown / dt, 1), "drops": drops, "ecn": ecn,
+                          "modes": list(sw.get("modes", []))}
+    return views, switches
+
+
+def frame(ends: list[tuple[str, str, str, str]], prev: dict, cur: dict, *, stamp: float, dt: float,
+          faults: dict | None = None) -> dict:
+    """One update: per link (plan order) [down util, up util, down b/s, up b/s, state];
     per switch the queue, drop and ECN rates and totals and its groups' modes.
 
-    port_up: {switch: {port: bool}} as the agent's port_states reply; a link is down when
-    either switch end is down. snapshot: the CounterSnapshot the rows were computed from."""
-    by_port = {(r.switch, r.port): r for r in rows}
-    counters = {(sw, p): c for sw, p, c in snapshot.ports()}
+    prev, cur: two port_load replies (cur the later). A direction is read at its sender's
+    tx if the sender is a switch port, else at its receiver's rx; a link is down when
+    either switch end is down, else paused when either is."""
+    dt = dt if dt > 0 else 1e-9
+    views, switches = _ports(prev, cur, dt)
+    none: dict = {}
     out_links = []
-    for link in links:
-        down_u, down_bps = _direction(by_port, link["a"], link["b"])
-        up_u, up_bps = _direction(by_port, link["b"], link["a"])
-        state = UP
-        for ref in (link["a"], link["b"]):
-            node, port = _split(ref)
-            if port_up.get(node, {}).get(port) is False:
-                state = DOWN
-            elif state == UP and _pausing(by_port.get((node, port)), counters.get((node, port))):
-                state = PAUSED
-        out_links.append([round(down_u, 4), round(up_u, 4), round(down_bps), round(up_bps), state])
-    switches: dict[str, dict] = {}
-    for r in rows:
-        s = switches.setdefault(r.switch, {"queue_bytes": 0, "drops_per_s": 0.0, "ecn_per_s": 0.0,
-                                           "drops": 0, "ecn": 0})
-        s["queue_bytes"] += r.queue_bytes or 0
-        s["drops_per_s"] += r.drops_per_s
-        s["ecn_per_s"] += r.ecn_per_s
-        s["drops"] += r.drops_total
-        s["ecn"] += counters[(r.switch, r.port)].ecn_marked
-    for name, sw in snapshot.switches.items():
-        s = switches.setdefault(name, {"queue_bytes": 0, "drops_per_s": 0.0, "ecn_per_s": 0.0,
-                                       "drops": 0, "ecn": 0})
-        s["modes"] = sorted({g.mode for g in sw.groups.values()})
-        s["drops_per_s"] = round(s["drops_per_s"], 1)
-        s["ecn_per_s"] = round(s["ecn_per_s"], 1)
+    for a_node, a_port, b_node, b_port in ends:
+        va, vb = views.get(a_node, none).get(a_port), views.get(b_node, none).get(b_port)
+        if va is not None:
+            down_bps, down_speed = va[0], va[2]
+        elif vb is not None:
+            down_bps, down_speed = vb[1], vb[2]
+        else:
+            down_bps = down_speed = 0
+        if vb is not None:
+            up_bps, up_speed = vb[0], vb[2]
+        elif va is not None:
+            up_bps, up_speed = va[1], va[2]
+        else:
+            up_bps = up_speed = 0
+        states = (va[3] if va is not None else UP, vb[3] if vb is not None else UP)
+        state = DOWN if DOWN in states else PAUSED if PAUSED in states else UP
+        out_links.append([round(down_bps / down_speed, 4) if down_speed else 0.0,
+                          round(up_bps / up_speed, 4) if up_speed else 0.0,
+                          round(down_bps), round(up_bps), state])
     return {"t": stamp, "dt": round(dt, 4), "links": out_links, "switches": switches,
             "faults": faults or {}}
 

@@ -1,7 +1,8 @@
 """The aiohttp application of `railab ui`: pages, JSON endpoints, one WebSocket feed per
 lab. Every write is the call the CLI makes (dataplane.lb.Fabric, dataplane.faults, `railab
-run`); the server's only memory is the last counter snapshot of each watched lab, which
-the next poll rebuilds.
+run`); the server's only memory is the last port_load reply of each watched lab, which
+the next poll rebuilds. The feed asks the agent only for what the page draws (port_load:
+per port a few totals and states, per switch its modes), not the full counters reply.
 
 Writes (POST) need the token printed at start, in the X-Railab-Token header or the token
 query parameter; with read_only every write is refused. Both answer 403 and change nothing.
@@ -23,7 +24,8 @@ from aiohttp import WSMsgType, web
 from dataplane import faults
 from dataplane.agent import client
 from dataplane.cli import top
-from dataplane.errors import RailabError
+from dataplane.agent.protocol import LOAD_FIELDS
+from dataplane.errors import RailabError, RuntimeStateError
 from dataplane.lb import MODES, Fabric
 from dataplane.runtime import state
 from dataplane.ui import layout as layout_mod
@@ -55,35 +57,39 @@ class Feed:
     spec: object
     interval_s: float
     links: list = field(default_factory=list)
+    ends: list = field(default_factory=list)      # live.plan(links): which ports each link reads
     subscribers: set = field(default_factory=set)
     latest: dict | None = None
-    prev: tuple | None = None              # (CounterSnapshot, when)
+    prev: tuple | None = None              # (port_load reply, when the agent read it)
     last_use: float = field(default_factory=time.monotonic)
     task: asyncio.Task | None = None
     ready: asyncio.Event = field(default_factory=asyncio.Event)
 
-    def _compute(self, snapshot, when: float, port_up: dict) -> dict | None:
-        """One update from this poll and the one before (in a worker thread)."""
-        recorded = faults.recorded(self.lab)
-        prev, self.prev = self.prev, (snapshot, when)
+    def _poll(self) -> dict | None:
+        """One port_load read and the update from it and the read before (in a worker
+        thread). dt is the agent's own time between the two reads."""
+        reply = client.request(self.lab, "port_load")
+        when = time.monotonic()
+        if reply.get("fields") != list(LOAD_FIELDS):
+            raise RuntimeStateError(f"lab {self.lab}: its agent sends port_load fields {reply.get('fields')}, "
+                                    f"this railab reads {list(LOAD_FIELDS)} (redeploy the lab)")
+        reply_t = reply["t_ns"] / 1e9 if reply.get("t_ns") else when
+        prev, self.prev = self.prev, (reply, reply_t)
         if prev is None:
             return None
-        rows = top.compute_rows(prev[0], snapshot, when - prev[1])
-        return live.frame(self.links, rows, port_up, snapshot, stamp=time.time(), dt=when - prev[1],
-                          faults=recorded)
+        return live.frame(self.ends, prev[0], reply, stamp=time.time(), dt=reply_t - prev[1],
+                          faults=faults.recorded(self.lab))
 
     async def _tick(self) -> dict | None:
-        """Counters and port states asked for together: the feed's pace is the agent's reply time."""
-        loop = asyncio.get_running_loop()
-        counters = loop.run_in_executor(None, top.poll, self.lab)
-        port_up = await loop.run_in_executor(None, client.request, self.lab, "port_states")
-        snapshot, when = await counters
-        return await loop.run_in_executor(None, self._compute, snapshot, when, port_up)
+        return await asyncio.get_running_loop().run_in_executor(None, self._poll)
 
     async def run(self) -> None:
+        due = time.monotonic()
         try:
             while self.subscribers or time.monotonic() - self.last_use < FEED_IDLE_S:
-                started = time.monotonic()
+                # polls on a fixed schedule (every interval from the first), so wake-up delays
+                # do not add up; a poll that overran starts the next one at once
+                due = max(due + self.interval_s, time.monotonic())
                 try:
                     update = await self._tick()
                 except RailabError as err:
@@ -93,7 +99,7 @@ class Feed:
                     self.ready.set()
                     text = json.dumps(update, separators=(",", ":"))
                     await asyncio.gather(*(self._send(ws, text) for ws in list(self.subscribers)))
-                await asyncio.sleep(max(0.0, self.interval_s - (time.monotonic() - started)))
+                await asyncio.sleep(max(0.0, due - time.monotonic()))
         finally:
             self.task = None
             self.ready.clear()
@@ -182,7 +188,8 @@ def make_app(settings: Settings) -> web.Application:
     def feed_of(lab: str, spec) -> Feed:
         feed = feeds.get(lab)
         if feed is None or feed.task is None:     # (re)made when idle: the lab may be new
-            feed = Feed(lab, spec, settings.interval_s, layout_mod.layout(spec)["links"])
+            links = layout_mod.layout(spec)["links"]
+            feed = Feed(lab, spec, settings.interval_s, links, live.plan(links))
             feeds[lab] = feed
         return feed
 

@@ -264,6 +264,26 @@ def test_queue_tail_drop_and_ecn(dp, lab, mode):
     assert 15_000 < state["queue_bytes"] <= 20_000
 
 
+def test_port_loads_reads_what_the_per_port_reads_do(dp, lab, mode):
+    """port_loads (the live view's two batch lookups) gives each port's tx, rx, ECN marks,
+    drops of all reasons and backlog as port_counters and port_queue_state read them."""
+    mode("spray-rr", group=G2)
+    for ifx in EG[:2]:           # 10 kb/s: the backlog drains ~1 byte per ms
+        dp.set_port_model(ifx, speed_bps=10_000, buffer_bytes=8_000, ecn_bytes=3_000)
+    for _ in range(30):          # fills both buffers: queue_full drops and ECN marks
+        run(dp, lab, udp("10.41.0.1", tos=0x02, size=1000))
+    ports = [IN, *EG]
+    loads = dp.port_loads(ports)
+    for ifx in ports:
+        c = dp.port_counters(ifx)
+        tx, rx, ecn, drops, backlog = loads[ifx]
+        assert (tx, rx, ecn, drops) == (c["tx_bytes"], c["rx_bytes"], c["ecn_marked"], sum(c["drops"].values()))
+        assert 0 <= backlog - dp.port_queue_state(ifx)["queue_bytes"] <= 100      # drained since
+    assert all(loads[ifx][3] and loads[ifx][2] and loads[ifx][4] > 4_000 for ifx in EG[:2])
+    assert loads[IN][1] >= 30 * 1000 and loads[EG[3]][4] == 0
+    assert dp.port_loads([]) == {}
+
+
 def test_ecn_mark_sets_ce_with_valid_checksum(dp, lab, mode):
     dp.set_port_model(EG[0], speed_bps=10_000, buffer_bytes=10**9, ecn_bytes=0)
     mode("ecmp", group=G2)

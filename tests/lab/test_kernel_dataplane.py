@@ -82,6 +82,15 @@ def test_counters_count_real_traffic_from_kernel_link_stats(kernel_lab):
     assert forwarded >= 3 * sent          # leaf1, a spine, leaf4: each forwarded every one
     out = railab("counters", kernel_lab.name, "--switch", "leaf1")
     assert "leaf1" in out.stdout and "forwarded (kernel)" in out.stdout
+    # the web view's port_load reply: the same link statistics, every port up
+    load = client.request(kernel_lab.name, "port_load")
+    rows = {(s, p): row for s, sw in load["switches"].items() for p, row in sw["ports"].items()}
+    assert set(rows) == {(s, p) for s, p, _ in after.ports()}
+    tx, up = load["fields"].index("tx_bytes"), load["fields"].index("up")
+    assert all(row[up] == 1 for row in rows.values())
+    assert all(rows[(s, p)][tx] >= c.tx_bytes for s, p, c in after.ports())
+    assert sum(rows[(s, p)][tx] for s, p in rows if s == "leaf4") > 0
+    assert load["switches"]["leaf1"]["modes"] == ["ecmp"]
 
 
 @pytest.mark.parametrize("args, says", [

@@ -88,6 +88,9 @@ class FakeDataplane:
                 "hash_fields": hash_field_names(g.hash_fields), "flowlet_timeout_us": g.flowlet_timeout_us,
                 "busy_util": g.busy_util, "busy_timeout_us": g.busy_timeout_us, "weights": g.weights}
 
+    def group_mode(self, gid):
+        return abi.LB_MODE_NAMES[self.groups[gid].mode]
+
     def add_route(self, switch_id, prefix, gid):
         self.route_table.setdefault(switch_id, {})[prefix] = gid
 
@@ -121,6 +124,14 @@ class FakeDataplane:
         tx = self.tx.get(ifindex, 0)
         return {"rx_packets": 0, "rx_bytes": 0, "tx_packets": tx // 1000, "tx_bytes": tx, "ecn_marked": 0,
                 "drops": {name: 0 for name in abi.DROP_REASONS.values()}}
+
+    def port_loads(self, ifindexes):
+        out = {}
+        for ifx in ifindexes:
+            c = self.port_counters(ifx)
+            out[ifx] = (c["tx_bytes"], c["rx_bytes"], c["ecn_marked"], sum(c["drops"].values()),
+                        self.port_queue_state(ifx)["queue_bytes"])
+        return out
 
     def port_queue_state(self, ifindex):
         return {"queue_bytes": 0, "utilization": 0.0}

@@ -51,6 +51,50 @@ def test_counters_reply_round_trips_and_shows_lab_wide_drops():
     assert set(snap.verdicts) >= {"drop", "pass", "redirect"}
 
 
+def test_port_load_reply_is_the_counters_reply_cut_down():
+    """port_load (what the live view polls) says per port what the counters and port_states
+    replies say (protocol.load_row maps one to the other), and per switch its groups' modes."""
+    p = programmed()
+    p.lb_set(role="leaf", mode="spray-rr")
+    for n, ifindex in enumerate(p.dp.ports):
+        p.dp.tx[ifindex] = 1000 * n
+    down = next(iter(p.dp.ports))
+    p.dp.up[down] = False
+
+    def agree() -> dict:
+        load = p.port_load()
+        snap = proto.CounterSnapshot.from_wire(p.counters())
+        states = p.port_states()
+        assert load["fields"] == list(proto.LOAD_FIELDS)
+        assert set(load["switches"]) == set(snap.switches)
+        for name, sw in snap.switches.items():
+            assert load["switches"][name]["ports"] == {port: proto.load_row(c, states[name][port])
+                                                       for port, c in sw.ports.items()}
+            assert load["switches"][name]["modes"] == sorted({g.mode for g in sw.groups.values()})
+        return load
+
+    load = agree()
+    assert load["switches"]["leaf1"]["modes"] == ["spray-rr"]
+    assert sum(not row[-1] for sw in load["switches"].values() for row in sw["ports"].values()) == 1
+    assert any(row[0] for sw in load["switches"].values() for row in sw["ports"].values())
+    # PFC on: a port pausing its neighbour now, another that did for a while
+    pausing = {ifx: (n % 3 == 0, 1000 * n) for n, ifx in enumerate(p.dp.ports)}
+    p.port_model["pfc"] = "on"
+    p.pfc_sender = SimpleNamespace(port_counters=lambda ifx: {
+        "pause_frames_sent": 1, "xon_sent": 0, "pausing": pausing[ifx][0], "paused_sent_ns": pausing[ifx][1]})
+    try:
+        paused = agree()
+    finally:
+        p.port_model["pfc"], p.pfc_sender = "off", None
+    rows = [row for sw in paused["switches"].values() for row in sw["ports"].values()]
+    at = proto.LOAD_FIELDS.index
+    assert any(row[at("pausing")] for row in rows) and any(row[at("paused_ns")] for row in rows)
+    only = p.port_load("spine1")
+    assert set(only["switches"]) == {"spine1"} and only["switches"]["spine1"] == load["switches"]["spine1"]
+    with pytest.raises(ValueError, match="no switch matches"):
+        p.port_load("nope")
+
+
 # ------------------------------------------------------------------ the report's fields
 def test_report_links_carry_the_emulated_speed_the_agent_sends():
     """The runner once read `scaled_bps`, a field the agent never sends: the emulated

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+import random
 from pathlib import Path
 
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
-from dataplane.agent.protocol import CounterSnapshot, PortCounters, SwitchCounters
+from dataplane.agent.protocol import (LOAD_FIELDS, CounterSnapshot, GroupCounters, PortCounters,
+                                      SwitchCounters, load_row)
 from dataplane.cli import top
 from dataplane.runtime import state
 from dataplane.runtime.labspec import build
@@ -77,7 +79,7 @@ def test_experiment_files_are_the_shipped_ones():
     assert "classroom.yml" in names and "ecmp-vs-spray.yml" in names
 
 
-def _snapshot(spec, t_bytes: dict, down: set = frozenset()) -> CounterSnapshot:
+def _snapshot(spec, t_bytes: dict) -> CounterSnapshot:
     """Every switch port with tx/rx bytes from t_bytes[(switch, port)] = (tx, rx)."""
     switches = {}
     for node in spec.switches:
@@ -89,6 +91,18 @@ def _snapshot(spec, t_bytes: dict, down: set = frozenset()) -> CounterSnapshot:
     return CounterSnapshot(switches)
 
 
+def _load(snapshot: CounterSnapshot, down: set = frozenset()) -> dict:
+    """The port_load reply the agent sends for these counters (protocol.load_row)."""
+    return {"fields": list(LOAD_FIELDS), "switches": {
+        name: {"ports": {p: load_row(c, (name, p) not in down) for p, c in sw.ports.items()},
+               "modes": sorted({g.mode for g in sw.groups.values()})}
+        for name, sw in snapshot.switches.items()}}
+
+
+def _frame(links, before, after, down=frozenset(), dt=1.0):
+    return live.named(links, live.frame(live.plan(links), _load(before), _load(after, down), stamp=0.0, dt=dt))
+
+
 def test_frame_reads_each_direction_where_it_is_sent(spec):
     links = layout(spec)["links"]
     before = _snapshot(spec, {})
@@ -96,10 +110,7 @@ def test_frame_reads_each_direction_where_it_is_sent(spec):
     # (read at the leaf's rx); the leaf's uplink to the spine sends 1.25 MB (10 Mb/s: full)
     after = _snapshot(spec, {("p0-leaf1-r0", "down1"): (500_000, 250_000),
                              ("p0-leaf1-r0", "up1"): (1_250_000, 0)})
-    rows = top.compute_rows(before, after, 1.0)
-    port_up = {n.name: {i.name: True for i in n.interfaces} for n in spec.switches}
-    port_up["p0-spine1"]["down1"] = False
-    out = live.named(links, live.frame(links, rows, port_up, after, stamp=0.0, dt=1.0))
+    out = _frame(links, before, after, down={("p0-spine1", "down1")})
     host_link = out["links"]["p0-leaf1-r0:down1>srv1:nic0a"]
     assert host_link == {"down_util": 0.4, "up_util": 0.2, "down_bps": 4_000_000, "up_bps": 2_000_000, "state": "up"}
     uplink = out["links"]["p0-spine1:down1>p0-leaf1-r0:up1"]
@@ -114,11 +125,52 @@ def test_a_port_pausing_its_neighbour_draws_its_link_paused(spec):
     before, after = _snapshot(spec, {}), _snapshot(spec, {})
     # PFC: the leaf's host port keeps srv1 paused (the agent's pfc counters of that port)
     after.switches["p0-leaf1-r0"].ports["down1"].pfc = {"pausing": True, "paused_ns": 0}
-    rows = top.compute_rows(before, after, 1.0)
-    port_up = {n.name: {i.name: True for i in n.interfaces} for n in spec.switches}
-    out = live.named(links, live.frame(links, rows, port_up, after, stamp=0.0, dt=1.0))
+    # and a spine port kept its leaf paused for part of the interval, not any more
+    before.switches["p0-spine1"].ports["down2"].pfc = {"pausing": False, "paused_ns": 10**9}
+    after.switches["p0-spine1"].ports["down2"].pfc = {"pausing": False, "paused_ns": 10**9 + 2000}
+    out = _frame(links, before, after)
     assert out["links"]["p0-leaf1-r0:down1>srv1:nic0a"]["state"] == "paused"
-    assert sum(l["state"] == "paused" for l in out["links"].values()) == 1
+    assert out["links"]["p0-spine1:down2>p0-leaf1-r0:up2"]["state"] == "paused"
+    assert sum(l["state"] == "paused" for l in out["links"].values()) == 2
+
+
+def test_the_view_shows_railab_tops_numbers(spec):
+    """Every link direction and switch total of a frame is what `railab top` computes from
+    the full counters of the same two reads: the port_load reply loses nothing drawn."""
+    rng = random.Random(16)
+    links = layout(spec)["links"]
+    before, after = _snapshot(spec, {}), _snapshot(spec, {})
+    for (_, _, c0), (_, _, c1) in zip(before.ports(), after.ports()):
+        c0.tx_bytes, c0.rx_bytes = rng.randrange(10**9), rng.randrange(10**9)
+        c1.tx_bytes, c1.rx_bytes = c0.tx_bytes + rng.randrange(10**6), c0.rx_bytes + rng.randrange(10**6)
+        c0.ecn_marked, c1.ecn_marked = 5, 5 + rng.randrange(50)
+        c0.drops = {"queue_full": 3, "no_route": 1}
+        c1.drops = {"queue_full": 3 + rng.randrange(9), "no_route": 1 + rng.randrange(2), "port_down": 0}
+        c1.queue_bytes = rng.randrange(30_000)
+        c1.speed_bps = rng.choice([0, 10_000_000])        # 0: no port model, util against the nominal
+    after.switches["p0-leaf1-r0"].groups = {"7": GroupCounters("spray-rr", [], [])}
+    dt = 0.5
+    out = _frame(links, before, after, dt=dt)
+    rows = {(r.switch, r.port): r for r in top.compute_rows(before, after, dt)}
+    for link in links:
+        shown = out["links"][link["id"]]
+        for sender, receiver, util, bps in ((link["a"], link["b"], "down_util", "down_bps"),
+                                            (link["b"], link["a"], "up_util", "up_bps")):
+            row = rows.get(tuple(sender.split(":", 1)))
+            rate = row.tx_bps if row else rows[tuple(receiver.split(":", 1))].rx_bps
+            row = row or rows[tuple(receiver.split(":", 1))]
+            assert shown[bps] == round(rate)
+            assert shown[util] == round(rate / (row.speed_bps or row.nominal_bps), 4)
+    for name in {r.switch for r in rows.values()}:
+        mine = [r for r in rows.values() if r.switch == name]
+        s = out["switches"][name]
+        assert s["queue_bytes"] == sum(r.queue_bytes or 0 for r in mine)
+        assert s["drops_per_s"] == round(sum(r.drops_per_s for r in mine), 1)
+        assert s["ecn_per_s"] == round(sum(r.ecn_per_s for r in mine), 1)
+        assert s["drops"] == sum(r.drops_total for r in mine)
+        assert s["ecn"] == sum(after.port(name, r.port).ecn_marked for r in mine)
+    assert out["switches"]["p0-leaf1-r0"]["modes"] == ["spray-rr"]
+    assert any(s["drops_per_s"] for s in out["switches"].values())
 
 
 # ---------------------------------------------------------------- the server's guard
