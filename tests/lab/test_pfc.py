@@ -145,7 +145,7 @@ def test_a_paused_switch_port_holds_its_frames_and_the_pause_spreads_upstream(la
             port.close()
 
 
-@pytest.mark.flaky(reruns=2)   # which elephants collide under ECMP depends on the hash seeds
+@pytest.mark.flaky(reruns=2)   # Python hosts on a shared machine: a starved sender offers less
 def test_hol_blocking_under_ecmp_stalls_the_victims_and_spraying_frees_them(lab_factory, tmp_path):
     spec = lab_factory(shipped("rail-optimized"), prefix="pfchol")
     proc = railab("run", str(ROOT / "experiments" / "pfc-hol.yml"), "--json", "--output",
@@ -160,4 +160,4 @@ def test_hol_blocking_under_ecmp_stalls_the_victims_and_spraying_frees_them(lab_
     assert ecmp["mice_goodput_bps"] < 0.8 * spray["mice_goodput_bps"]
     assert ecmp["pause_frames"] > 2 * spray["pause_frames"]
     assert any(p.startswith("leaf1-r0:down") for p in ecmp["paused_ports"])
-    assert spray["lossless_lost"] == 0
+    assert spray["lossless_lost"] == 0 and ecmp["lossless_lost"] == 0
