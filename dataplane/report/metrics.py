@@ -364,7 +364,8 @@ def nav_balance(run: dict) -> float | None:
 def pfc_metrics(run: dict, d: float) -> dict:
     """PFC: loss of the lossless priority (flows with the lossless DSCP) and of the others,
     pause frames the switches sent, the largest pause fraction of any port (time it kept
-    its neighbour paused / the run's duration) and the ports that paused."""
+    its neighbour paused / the run's duration) and the ports that paused; the hosts' side:
+    pause frames their NICs received and how often a flow found its priority paused."""
     pm = run.get("port_model") or {}
     dscp = pm.get("pfc_dscp", 26)
     flows = run.get("flows", [])
@@ -384,8 +385,6 @@ def pfc_metrics(run: dict, d: float) -> dict:
             "pause_fraction": max(fractions.values()) if fractions else 0.0,
             "paused_ports": sorted(p for p, f in fractions.items() if f > 0),
             "headroom_drops": sum(int(c.get("headroom_drops", 0)) for c in ports.values()),
-            # the hosts' side: pause frames their NICs received, times a flow found its
-            # priority paused and waited
             "host_pause_frames": sum(int(h.get("pause_frames_received", 0)) for h in hosts.values()),
             "host_paused_waits": sum(int(h.get("paused_waits", 0)) for h in hosts.values())}
 
