@@ -216,6 +216,9 @@ class _RunClock(threading.Thread):
         self.pending.sort(key=lambda p: p[0])
         self.samples: list[tuple[float, int]] = []
         self.queues: dict[str, list[int]] = {}     # host-facing port -> bytes waiting at each sample
+        self.uplink_queues: dict[str, list[int]] = {}   # the same for the leaves' uplinks
+        self.sample_t: list[float] = []             # the samples' times
+        self.pause_frames_at: list[int] = []        # PFC frames all switch ports had sent by then
         self.timeline: list[dict] = []
         self.fired: list[dict] = []
         self.error: str | None = None
@@ -237,9 +240,15 @@ class _RunClock(threading.Thread):
         # what each leaf uplink has sent so far: balance over time (metrics.leaf_uplink_balance)
         self.uplink_samples.append({"t": max(t, 0.0), "tx_bytes": {
             f"{s}:{p}": c.tx_bytes for s, p in self.leaf_uplinks if (c := snap.port(s, p)) is not None}})
+        self.sample_t.append(round(max(t, 0.0), 4))
+        self.pause_frames_at.append(sum(int((c.pfc or {}).get("pause_frames_sent", 0))
+                                        for _, _, c in snap.ports()))
         for (switch, port), c in zip(self.host_ports, ports):
             if c is not None:
                 self.queues.setdefault(f"{switch}:{port}", []).append(c.waiting_bytes)
+        for switch, port in self.leaf_uplinks:
+            if (c := snap.port(switch, port)) is not None:
+                self.uplink_queues.setdefault(f"{switch}:{port}", []).append(c.waiting_bytes)
 
     def mark_start(self) -> float:
         """The common start: the delivered bytes now count as t = 0. Returns its time."""
@@ -333,7 +342,8 @@ def host_pause_plan(port_model: dict) -> dict | None:
 
 
 def run_once(spec: LabSpec, experiment: Experiment, flows: list[wl.Flow], label: str,
-             seed: int | None, mode: str | None = None, transport: str | None = None) -> dict:
+             seed: int | None, mode: str | None = None, transport: str | None = None,
+             dcqcn: bool | None = None) -> dict:
     fabric = Fabric(spec.name)
     by_name = {n.name: n for n in spec.nodes}
     flows = pxn_relay(spec, flows)
@@ -353,6 +363,8 @@ def run_once(spec: LabSpec, experiment: Experiment, flows: list[wl.Flow], label:
     cfg = experiment.workload.transport
     if transport:
         cfg = dataclasses.replace(cfg, kind=transport)
+    if dcqcn is not None:      # the mode's DCQCN on/off; on keeps the workload's parameters
+        cfg = dataclasses.replace(cfg, dcqcn=(cfg.dcqcn or DcqcnParams()) if dcqcn else None)
     scale = experiment.port_model.get("scale")
     recv_args: list[str] = []
     if cfg.closed_loop:
@@ -396,6 +408,7 @@ def run_once(spec: LabSpec, experiment: Experiment, flows: list[wl.Flow], label:
         clock.start()
         sent: dict[str, int] = {}
         transport_tx: dict[str, dict] = {}
+        host_pfc: dict[str, dict] = {}
         for host in senders:
             proc = procs[host].sender
             out, err = proc.stdout.read(), proc.stderr.read()
@@ -405,6 +418,9 @@ def run_once(spec: LabSpec, experiment: Experiment, flows: list[wl.Flow], label:
             answer = json.loads(out)
             sent.update(answer["per_flow_packets"])
             transport_tx.update(answer.get("transport", {}))
+            for port, rep in answer.get("ports", {}).items():
+                if "pfc" in rep:      # what the host's NIC port heard and held (PFC)
+                    host_pfc[f"{host}:{port}"] = {**rep["pfc"], "paused_waits": rep.get("paused_waits", 0)}
         elapsed = time.monotonic() - started
         wait_for_drain(fabric)
         time.sleep(RECEIVER_GRACE_S)
@@ -466,14 +482,21 @@ def run_once(spec: LabSpec, experiment: Experiment, flows: list[wl.Flow], label:
         "flows": flow_records,
         "switches": _switch_totals(before, after),
         "pfc_ports": _pfc_ports(before, after),
+        "host_pfc": host_pfc,
         # frames the receivers' sockets overflowed on: in `lost`, but not the fabric's doing
         "receiver_drops": receiver_drops,
         "timeline": clock.timeline,
         "uplink_samples": clock.uplink_samples,
         **({"nav": nav_status} if nav_status else {}),
         # host-facing (last-hop) ports' queues at the samples: where incast and DCQCN show
-        "host_port_queues": {port: {"max": max(q), "mean": sum(q) / len(q), "samples": len(q)}
+        "host_port_queues": {port: {"max": max(q), "mean": sum(q) / len(q), "samples": len(q), "bytes": q}
                              for port, q in clock.queues.items() if q and max(q) > 0},
+        "uplink_queues": {port: {"max": max(q), "mean": sum(q) / len(q), "samples": len(q), "bytes": q}
+                          for port, q in clock.uplink_queues.items() if q and max(q) > 0},
+        # when those samples were taken (s from t = 0), and the pause frames every switch
+        # port had sent by then: queues and pauses by phase (metrics.steady_state)
+        "sample_t": clock.sample_t,
+        "pause_frames_at": clock.pause_frames_at,
         "t0_ns": int(started * 1e9),         # CLOCK_MONOTONIC of t = 0 (send times are on it)
         "events": events,
         **({"event_error": clock.error} if clock.error else {}),

@@ -98,7 +98,8 @@ def run(exp: Experiment, progress=None, lab_name: str | None = None,
             runner.apply_mode(fabric, mode)
             advance(f"running {mode.label}")
             try:
-                one = runner.run_once(spec, exp, flows, mode.label, None, mode.mode, mode.transport)
+                one = runner.run_once(spec, exp, flows, mode.label, None, mode.mode, mode.transport,
+                                      mode.dcqcn)
             finally:
                 runner.end_mode(fabric, mode)
             one["clock"] = results["clock"]

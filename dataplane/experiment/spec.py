@@ -81,6 +81,7 @@ _MODE_OBJECT = {
         "base": {"enum": list(abi.LB_MODES)},
         "port_model": _PORT_MODEL,     # this mode's changes over the experiment's port model
         "transport": {"enum": ["go-back-n", "selective-repeat"]},
+        "dcqcn": {"type": "boolean"},   # on/off: the workload's DCQCN for this mode
     },
     "additionalProperties": False,
 }
@@ -139,6 +140,7 @@ class ModeSpec:
     options: dict = field(default_factory=dict)
     port_model: dict = field(default_factory=dict)   # over the experiment's, for this mode only
     transport: str | None = None     # the workload's closed-loop transport, switched for this mode
+    dcqcn: bool | None = None        # DCQCN on/off for this mode (None: the workload's)
 
 
 @dataclass
@@ -206,7 +208,11 @@ def load(path: str | Path) -> Experiment:
         if transport and not workload.transport.closed_loop:
             raise ExperimentError(f"{source}: modes: {label}: transport: the workload's transport is "
                                   "open-loop; a mode may only switch between go-back-n and selective-repeat")
-        modes.append(ModeSpec(mode, label, entry, mode_port_model, transport))
+        dcqcn = entry.pop("dcqcn", None)
+        if dcqcn is not None and not workload.transport.closed_loop:
+            raise ExperimentError(f"{source}: modes: {label}: dcqcn: needs a closed-loop transport in "
+                                  "the workload (go-back-n or selective-repeat)")
+        modes.append(ModeSpec(mode, label, entry, mode_port_model, transport, dcqcn))
     _check_mode_targets(source, lab_file, modes)
     sweep = doc.get("sweep")
     if sweep is not None:

@@ -65,6 +65,12 @@ Definitions (``D`` = run["duration_s"]):
   the deepest queue any host-facing switch port had at the run's samples (every
   sample_interval); ``host_queue_mean_bytes`` the largest of those ports' mean queues
   (the steady state: a QP starting at line rate makes a transient the max catches).
+  Steady state by phase: ``steady_queue_max_bytes`` / ``steady_queue_mean_bytes`` (the
+  deepest queue at the samples of any host-facing port or leaf uplink, and the largest
+  port mean) and
+  ``steady_pause_frames`` (PFC frames the switches sent) over the window
+  qp_rate_min_max() uses: every QP sending, from 1 s after the last one started (the
+  first CNPs are back by then); None without such a window.
 * fault runs: network-side ``outage_ms`` / ``recovery_ms`` (from send times), host-side
   delivery gaps and the data plane's reaction times: see fault_metrics.
 
@@ -93,11 +99,13 @@ METRIC_KEYS = (
     "loss_packets", "loss_pct", "reorder_pct", "out_of_order", "duplicates", "fct_p50_us",
     "fct_p99_us", "mice_fct_p99_us", "latency_mean_us", "latency_max_us", "receiver_drops", "drops", "ecn_marked", "ce_packets", "messages_completed",
     "messages_incomplete", "lossless_loss_pct", "lossy_loss_pct", "lossless_lost", "lossy_lost",
-    "pause_frames", "pause_fraction", "held_fraction", "headroom_drops",
+    "pause_frames", "pause_fraction", "held_fraction", "headroom_drops", "host_pause_frames",
+    "host_paused_waits",
 )
 TRANSPORT_KEYS = ("retx_packets", "retx_bytes", "naks", "timeouts", "cnps_sent", "cnps_received",
                   "messages_done_pct", "slowdown_avg", "slowdown_p99", "qp_rate_min_max",
-                  "host_queue_max_bytes", "host_queue_mean_bytes")
+                  "host_queue_max_bytes", "host_queue_mean_bytes", "steady_queue_max_bytes",
+                  "steady_queue_mean_bytes", "steady_pause_frames")
 METRIC_KEYS = METRIC_KEYS + TRANSPORT_KEYS
 SLOWDOWN_EDGES = (1024, 4096, 16384, 65536, 262144)   # message size bucket edges, bytes
 
@@ -357,8 +365,10 @@ def nav_balance(run: dict) -> float | None:
 def pfc_metrics(run: dict, d: float) -> dict:
     """PFC: loss of the lossless priority (flows with the lossless DSCP) and of the others,
     pause frames the switches sent, the largest pause fraction of any port (time it kept
-    its neighbour paused / the run's duration), the ports that paused, and how long
-    switch ports held their lossless priority for a pausing neighbour (largest fraction)."""
+    its neighbour paused / the run's duration), the ports that paused, how long switch
+    ports held their lossless priority for a pausing neighbour (largest fraction); the
+    hosts' side: pause frames their NICs received and how often a flow found its
+    priority paused."""
     pm = run.get("port_model") or {}
     dscp = pm.get("pfc_dscp", 26)
     flows = run.get("flows", [])
@@ -370,6 +380,7 @@ def pfc_metrics(run: dict, d: float) -> dict:
         return _sum(fs, "lost") / sent * 100 if sent else 0.0
 
     ports = run.get("pfc_ports") or {}
+    hosts = run.get("host_pfc") or {}
     fractions = {p: c.get("paused_ns", 0) / 1e9 / d for p, c in ports.items() if d}
     return {"lossless_loss_pct": loss(lossless), "lossy_loss_pct": loss(lossy) if lossy else None,
             "lossless_lost": _sum(lossless, "lost"), "lossy_lost": _sum(lossy, "lost"),
@@ -378,7 +389,9 @@ def pfc_metrics(run: dict, d: float) -> dict:
             "paused_ports": sorted(p for p, f in fractions.items() if f > 0),
             "held_fraction": max((c.get("held_ns", 0) / 1e9 / d for c in ports.values()), default=0.0) if d else 0.0,
             "held_ports": sorted(p for p, c in ports.items() if c.get("holds")),
-            "headroom_drops": sum(int(c.get("headroom_drops", 0)) for c in ports.values())}
+            "headroom_drops": sum(int(c.get("headroom_drops", 0)) for c in ports.values()),
+            "host_pause_frames": sum(int(h.get("pause_frames_received", 0)) for h in hosts.values()),
+            "host_paused_waits": sum(int(h.get("paused_waits", 0)) for h in hosts.values())}
 
 
 def run_metrics(run: dict) -> dict:
@@ -499,13 +512,13 @@ def transport_metrics(run: dict) -> dict:
                                     default=0),
         "host_queue_mean_bytes": max((q["mean"] for q in (run.get("host_port_queues") or {}).values()),
                                      default=0),
+        **steady_state(run, steady_window(tx)),
     }
 
 
-def qp_rate_min_max(transports: list[dict], settle_s: float = 1.0) -> float | None:
-    """Fairness of the QPs' sending rates: min / max of each QP's mean rate of new data
-    (rate_timeline) over the samples while all of them were sending, from `settle_s`
-    after the last one started; None when there is no such window or fewer than 2 QPs."""
+def steady_window(transports: list[dict], settle_s: float = 1.0) -> tuple[float, float] | None:
+    """(from, to) in seconds of the run while every QP was sending, from `settle_s` after
+    the last one started; None when there is no such window or fewer than 2 QPs."""
     lines = [t.get("rate_timeline") or [] for t in transports]
     if len(lines) < 2 or not all(lines):
         return None
@@ -513,12 +526,40 @@ def qp_rate_min_max(transports: list[dict], settle_s: float = 1.0) -> float | No
     if None in starts:
         return None
     lo, hi = max(starts) + settle_s, min(line[-1][0] for line in lines)
+    return (lo, hi) if lo <= hi else None
+
+
+def steady_state(run: dict, window: tuple[float, float] | None) -> dict:
+    """The host-facing queues and the switches' pause frames inside `window` (module doc)."""
+    times = run.get("sample_t") or []
+    inside = [i for i, t in enumerate(times) if window and window[0] <= t <= window[1]]
+    if not inside:
+        return {"steady_queue_max_bytes": None, "steady_queue_mean_bytes": None, "steady_pause_frames": None}
+    ports = [*(run.get("host_port_queues") or {}).values(), *(run.get("uplink_queues") or {}).values()]
+    series = [q["bytes"] for q in ports if len(q.get("bytes", [])) == len(times)]
+    pauses = run.get("pause_frames_at") or []
+    return {
+        "steady_queue_max_bytes": max((q[i] for q in series for i in inside), default=0),
+        "steady_queue_mean_bytes": max((sum(q[i] for i in inside) / len(inside) for q in series), default=0),
+        "steady_pause_frames": pauses[inside[-1]] - pauses[max(inside[0] - 1, 0)] if pauses else None,
+    }
+
+
+def qp_rate_min_max(transports: list[dict], settle_s: float = 1.0) -> float | None:
+    """Fairness of the QPs' sending rates: min / max of each QP's mean rate of new data
+    (rate_timeline) over the samples while all of them were sending, from `settle_s`
+    after the last one started; None when there is no such window or fewer than 2 QPs."""
+    window = steady_window(transports, settle_s)
+    if window is None:
+        return None
+    lo, hi = window
+    lines = [t.get("rate_timeline") or [] for t in transports]
     means = []
     for line in lines:
-        window = [p[2] for p in line if lo <= p[0] <= hi]
-        if not window:
+        rates = [p[2] for p in line if lo <= p[0] <= hi]
+        if not rates:
             return None
-        means.append(sum(window) / len(window))
+        means.append(sum(rates) / len(rates))
     return min(means) / max(means) if max(means) > 0 else None
 
 

@@ -220,6 +220,9 @@ TRANSPORT_COLUMNS = (
     ("slowdown_p99", "slowdown\np99", "ratio"),
     ("qp_rate_min_max", "QP rate\nmin/max", "ratio"),
     ("host_queue_max_bytes", "last-hop\nqueue max", "count"),
+    ("steady_queue_max_bytes", "queue max\nsteady", "count"),
+    ("pause_frames", "pause\nframes", "count"),
+    ("steady_pause_frames", "pauses\nsteady", "count"),
 )
 
 

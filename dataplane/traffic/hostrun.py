@@ -58,6 +58,50 @@ class _LockedResponder(_LockedReceiver):
             return self.inner.respond(pkt, rx_ns)
 
 
+def pause_listeners(plan: dict, ports, netns: str) -> dict[str, pfc.PauseListener]:
+    """PFC: per NIC port, a listener for its switch's pause frames (none without PFC)."""
+    cfg = plan.get("pfc")
+    if not cfg:
+        return {}
+    return {port: pfc.PauseListener(port, netns, cfg["nominal_bps"][port], cfg["scale"],
+                                    cfg.get("watchdog_s", 0.0), cfg.get("restore_s", 0.0))
+            for port in ports}
+
+
+def pause_gate(plan: dict, listener: pfc.PauseListener):
+    """The senders' pause(dscp, now) for one port: 0 send, -1 watchdog drop, else until when."""
+    priorities = {int(d): p for d, p in plan["pfc"]["priorities"].items()}
+    return lambda dscp, now: listener.paused_until(pfc.dscp_priority(dscp, priorities), now)
+
+
+def _run_closed_loop(args, plan: dict, sockets: dict, prepared: dict, cfg: TransportConfig) -> int:
+    """The reliable sender (every QP of every port in one loop), honouring PFC like the
+    open-loop sender: the same listeners and gates, no burst after a pause."""
+    with in_netns(args.netns):
+        feedback = [reliable.open_feedback_socket(port) for port in sockets]
+    queued = reliable.packets_of(prepared)
+    print("ready", flush=True)
+    if sys.stdin.readline().strip() != "go":
+        return 1
+    listeners = pause_listeners(plan, sockets, args.netns)
+    try:
+        rep = reliable.run(sockets, feedback, queued, cfg, plan["line_bps"], plan.get("scale"),
+                           args.duration, plan.get("limit_s", 30.0), plan.get("sample_s", 0.1),
+                           pause={port: pause_gate(plan, lst) for port, lst in listeners.items()},
+                           listeners=list(listeners.values()),
+                           **({"burst_packets": 1} if listeners else {}))
+        for port, listener in listeners.items():
+            rep["ports"][port]["pfc"] = listener.report()
+    finally:
+        for sock in [*sockets.values(), *feedback]:
+            sock.close()
+        for listener in listeners.values():
+            listener.close()
+    json.dump(rep, sys.stdout)
+    print(flush=True)
+    return 0
+
+
 def run_send(args) -> int:
     # Line 1: the plan. Then "ready" out, and the sending starts at "go" in, so that
     # all hosts start together whatever their start-up time.
@@ -75,38 +119,17 @@ def run_send(args) -> int:
                 for port, flows in by_port.items()}
     cfg = TransportConfig.from_dict(plan["transport"]) if plan.get("transport") else None
     if cfg is not None and cfg.closed_loop:
-        with in_netns(args.netns):
-            feedback = [reliable.open_feedback_socket(port) for port in by_port]
-        queued = reliable.packets_of(prepared)
-        print("ready", flush=True)
-        if sys.stdin.readline().strip() != "go":
-            return 1
-        try:
-            rep = reliable.run(sockets, feedback, queued, cfg, plan["line_bps"], plan.get("scale"),
-                               args.duration, plan.get("limit_s", 30.0), plan.get("sample_s", 0.1))
-        finally:
-            for sock in [*sockets.values(), *feedback]:
-                sock.close()
-        json.dump(rep, sys.stdout)
-        print(flush=True)
-        return 0
+        return _run_closed_loop(args, plan, sockets, prepared, cfg)
     print("ready", flush=True)
     if sys.stdin.readline().strip() != "go":
         return 1
 
-    listeners = {}
-    if plan.get("pfc"):                # PFC: each NIC listens for its switch's pause frames
-        cfg = plan["pfc"]
-        for port in by_port:
-            listeners[port] = pfc.PauseListener(port, args.netns, cfg["nominal_bps"][port], cfg["scale"],
-                                                cfg.get("watchdog_s", 0.0), cfg.get("restore_s", 0.0))
-        priorities = {int(d): p for d, p in cfg["priorities"].items()}
+    listeners = pause_listeners(plan, by_port, args.netns)
 
     def send(port: str, flows: list[Flow]) -> None:
         sock = sockets[port]
         listener = listeners.get(port)
-        pause = (lambda dscp, now: listener.paused_until(pfc.dscp_priority(dscp, priorities), now)) \
-            if listener else None
+        pause = pause_gate(plan, listener) if listener else None
         try:
             # under PFC a flow must not make up for a pause with a burst above its rate: a
             # NIC cannot send faster than its link, and the burst would overrun the headroom

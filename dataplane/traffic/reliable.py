@@ -9,6 +9,15 @@ frames, so the data the host's own receiver gets costs this loop nothing. The ru
 (what goes next, go-back, selective resend, timeout, DCQCN) are
 dataplane.traffic.transport's; this module only does the I/O and the clock.
 
+PFC: with a pause gate per port (the same callable the open-loop sender takes,
+dataplane.traffic.sender.send_flows' `pause`), a QP whose priority its NIC's switch
+paused does not send its data packets until the pause runs out or XON arrives
+(rechecked at least every PAUSE_RECHECK_NS; the pause listeners' sockets also wake the
+loop); its retransmission timer keeps running, as a NIC's does. When the PFC watchdog
+drops the priority, the packet is given up as sent (it is lost on the wire; the
+transport resends it). ACKs, NAKs and CNPs are the receiver process's, as in the
+open-loop path.
+
 The railab header's msg_start_ns carries the message's *arrival* time, so the
 receiver's completion time counts from when the application posted the message
 (waiting behind earlier messages of the same QP included), as FCT does.
@@ -21,11 +30,12 @@ import socket
 import struct
 import time
 from dataclasses import dataclass, field
+from typing import Callable
 
 from dataplane.traffic import roce
 from dataplane.traffic import transport as tp
 from dataplane.traffic.receiver import PACKET_OUTGOING
-from dataplane.traffic.sender import PreparedFlows, _send_retry
+from dataplane.traffic.sender import PAUSE_RECHECK_NS, PreparedFlows, _send_retry
 
 SO_ATTACH_FILTER = 26
 # Classic BPF: IPv4 / UDP dport 4791 / BTH opcode ACKNOWLEDGE (0x11) or CNP (0x81),
@@ -87,10 +97,16 @@ def packets_of(prepared: dict[str, PreparedFlows]) -> list[tuple[str, object, in
 
 def run(tx: dict[str, socket.socket], rx: list[socket.socket], queued: list[tuple[str, object, int, list]],
         cfg: tp.TransportConfig, line_bps: dict[str, float], scale: float | None,
-        duration_s: float, limit_s: float, sample_s: float = 0.1) -> dict:
+        duration_s: float, limit_s: float, sample_s: float = 0.1,
+        pause: dict[str, Callable[[int, int], int]] | None = None, listeners: list = (),
+        burst_packets: int = BURST_PACKETS) -> dict:
     """Send every QP's messages (packets_of()) reliably; return per-flow packets and
     transport stats. Stops when every QP is acknowledged, or `limit_s` after
-    `duration_s` (what is left then is reported incomplete)."""
+    `duration_s` (what is left then is reported incomplete). pause: per port, the PFC
+    gate (module doc); listeners: the pause listeners behind the gates (dataplane.pfc
+    .PauseListener), read every round so that a pause frame ends a wait;
+    burst_packets: pacing credit after a scheduling delay (1 under PFC: a NIC cannot
+    make up for a pause above its line rate)."""
     now_ns = time.monotonic_ns
     start = now_ns()
     qps: list[_Qp] = []
@@ -101,6 +117,10 @@ def run(tx: dict[str, socket.socket], rx: list[socket.socket], queued: list[tupl
                  line_bps[port], start)
         qps.append(qp)
         by_key[(flow.src_ip, flow.src_qp)] = qp
+    pause = pause or {}
+    paused_waits = {p: 0 for p in tx}
+    watchdog_drops = {p: 0 for p in tx}
+    waitable = [*rx, *(lst.sock for lst in listeners)]
     port_free = {p: start for p in tx}
     hard_end = start + int((duration_s + limit_s) * 1e9)
     sample_ns = int(sample_s * 1e9)
@@ -113,6 +133,8 @@ def run(tx: dict[str, socket.socket], rx: list[socket.socket], queued: list[tupl
             break
         for s in rx:
             _drain(s, buf, by_key, now)
+        for lst in listeners:
+            lst.poll(now)
         for qp in active:
             qp.req.check_timeout(now)
             if qp.cc is not None:
@@ -132,13 +154,22 @@ def run(tx: dict[str, socket.socket], rx: list[socket.socket], queued: list[tupl
             if best is None or t < best_t:
                 best, best_t, best_pos = qp, t, pos
         if best is not None and best_t <= now:
-            _send(best, best_pos, tx[best.port], now, start, port_free)
+            gate = pause.get(best.port)
+            until = gate(best.flow.dscp, now) if gate is not None else 0
+            if until > 0:           # PFC: the QP's priority is paused; other QPs go on
+                paused_waits[best.port] += 1
+                best.due = max(best.due, min(until, now + PAUSE_RECHECK_NS))
+                continue
+            if until < 0:
+                watchdog_drops[best.port] += 1
+            _send(best, best_pos, None if until < 0 else tx[best.port], now, start, port_free,
+                  burst_packets)
             if best.req.done:
                 active.remove(best)
             continue
         active = [qp for qp in active if not qp.req.done]
         wait = min(best_t - now if best is not None else POLL_NS, POLL_NS)
-        select.select(rx, [], [], max(wait, 0) / 1e9)
+        select.select(waitable, [], [], max(wait, 0) / 1e9)
     per_flow = {}
     report = {}
     for qp in qps:
@@ -149,22 +180,28 @@ def run(tx: dict[str, socket.socket], rx: list[socket.socket], queued: list[tupl
                             "rate_timeline": qp.timeline,
                             "alpha": qp.cc.alpha if qp.cc else None}
     return {"per_flow_packets": per_flow, "transport": report,
-            "elapsed_s": (now_ns() - start) / 1e9}
+            "elapsed_s": (now_ns() - start) / 1e9,
+            "ports": {p: {"paused_waits": paused_waits[p], "watchdog_drops": watchdog_drops[p]}
+                      for p in tx}}
 
 
-def _send(qp: _Qp, pos: int, sock: socket.socket, now: int, start: int, port_free: dict) -> None:
+def _send(qp: _Qp, pos: int, sock: socket.socket | None, now: int, start: int, port_free: dict,
+          burst_packets: int = BURST_PACKETS) -> None:
+    """Send the QP's packet at `pos` (sock None: the PFC watchdog drops it, it only
+    counts as sent) and advance the QP's and the port's pacing."""
     m_off, tpl, msg_id, idx, npk, mbytes, seq = qp.pkts[pos]
     f = qp.flow
     if tpl.opcode.has_reth:
         tpl.set_dmalen(mbytes)
     buf = tpl.fill(qp.psn0 + seq, idx == npk - 1, f.flow_id, f.src_qp, msg_id, seq,
                    idx, npk, mbytes, now, start + m_off)
-    _send_retry(sock.send, buf)
+    if sock is not None:
+        _send_retry(sock.send, buf)
     bits = tpl.length * 8
     rate = qp.cc.rc if qp.cc is not None else qp.line
-    qp.due = max(qp.due, now - int(BURST_PACKETS * bits * 1e9 / rate)) + int(bits * 1e9 / rate)
+    qp.due = max(qp.due, now - int(burst_packets * bits * 1e9 / rate)) + int(bits * 1e9 / rate)
     line_ns = int(bits * 1e9 / qp.line)
-    port_free[qp.port] = max(port_free[qp.port], now - BURST_PACKETS * line_ns) + line_ns
+    port_free[qp.port] = max(port_free[qp.port], now - burst_packets * line_ns) + line_ns
     if pos >= qp.req.sent_max:
         qp.new_bytes += tpl.length
     qp.req.sent(pos, tpl.length, now)
