@@ -15,10 +15,12 @@ Computed from a RUN dict of the experiment runner (see metrics). Definitions:
 * **ideal**: the largest of these lower bounds (a collective cannot finish before the most
   loaded resource has carried its share, nor before its senders' own pacing sends the last
   frame), fluid and splittable, so no placement of the flows can beat it:
-    - ``uplinks L``: frame bytes of flows from leaf L to another leaf / sum of L's uplink
-      speeds (the emulated ones);
-    - ``downlinks L``: frame bytes of flows into leaf L from another leaf / sum of the
-      spine->L link speeds;
+    - ``uplinks L``: the bytes L's uplinks must carry whatever the placement / the sum
+      of their speeds (the emulated ones). Those bytes are the frames of the flows from
+      L to another leaf, or what L's uplinks carried over the run when that is more (the
+      receivers' ACKs and the probes cross them too; their sum over a leaf's uplinks
+      does not depend on which uplink each flow took);
+    - ``downlinks L``: the same for the spine->L links (flows into L from other leaves);
     - ``nic tx X`` / ``nic rx X``: bytes a host NIC sends / receives / its link's speed;
     - ``pacing``: the latest flow's schedule end (last message start + its frames at the
       flow's rate).
@@ -53,18 +55,18 @@ def _host_links(run: dict) -> dict[str, tuple[str, float]]:
 
 
 def _leaf_uplinks(run: dict) -> list[dict]:
-    """Leaf->spine links oriented upwards: {leaf, port, up_bytes, speed}."""
+    """Leaf->spine links oriented upwards: {leaf, port, up_bytes, down_bytes, speed}."""
     out = []
     for link in run.get("links", []):
         roles = (link.get("a_role"), link.get("b_role"))
         if roles == _LEAF_SPINE:
-            low, up_bytes = link["a"], link.get("bytes_ab", 0)
+            low, up, down = link["a"], link.get("bytes_ab", 0), link.get("bytes_ba", 0)
         elif roles[::-1] == _LEAF_SPINE:
-            low, up_bytes = link["b"], link.get("bytes_ba", 0)
+            low, up, down = link["b"], link.get("bytes_ba", 0), link.get("bytes_ab", 0)
         else:
             continue
-        out.append({"leaf": low.split(":", 1)[0], "port": low, "up_bytes": int(up_bytes or 0),
-                    "speed": float(link.get("scaled_bps") or 0)})
+        out.append({"leaf": low.split(":", 1)[0], "port": low, "up_bytes": int(up or 0),
+                    "down_bytes": int(down or 0), "speed": float(link.get("scaled_bps") or 0)})
     return out
 
 
@@ -74,8 +76,12 @@ def ideal_bounds(run: dict) -> dict[str, float]:
     resource has no emulated speed are left out."""
     hosts = _host_links(run)
     capacity_up: dict[str, float] = defaultdict(float)
+    carried_up: dict[str, int] = defaultdict(int)
+    carried_down: dict[str, int] = defaultdict(int)
     for up in _leaf_uplinks(run):
         capacity_up[up["leaf"]] += up["speed"]
+        carried_up[up["leaf"]] += up["up_bytes"]
+        carried_down[up["leaf"]] += up["down_bytes"]
     up_bytes: dict[str, int] = defaultdict(int)
     down_bytes: dict[str, int] = defaultdict(int)
     tx: dict[str, int] = defaultdict(int)
@@ -93,10 +99,11 @@ def ideal_bounds(run: dict) -> dict[str, float]:
             down_bytes[dst_leaf] += size
     bounds = {"pacing": pacing}
     # leaf-spine links are symmetric: spine->L carries at the speed of L->spine
-    for name, per_leaf in (("uplinks", up_bytes), ("downlinks", down_bytes)):
+    for name, per_leaf, carried in (("uplinks", up_bytes, carried_up),
+                                    ("downlinks", down_bytes, carried_down)):
         for leaf, n in per_leaf.items():
             if capacity_up.get(leaf):
-                bounds[f"{name} {leaf}"] = n * 8 / capacity_up[leaf]
+                bounds[f"{name} {leaf}"] = max(n, carried.get(leaf, 0)) * 8 / capacity_up[leaf]
     for name, per_nic in (("nic tx", tx), ("nic rx", rx)):
         for nic, n in per_nic.items():
             speed = hosts.get(nic, (None, 0.0))[1]

@@ -52,6 +52,17 @@ def test_the_uplinks_bind_when_a_leaf_sends_more_up_than_they_carry():
     assert ideal == pytest.approx(2.0) and name in ("uplinks leaf1", "downlinks leaf2")
 
 
+def test_what_the_uplinks_carried_beyond_the_flows_counts_when_more():
+    # the flows need 2 s of leaf1's uplinks; they carried 10 % more (ACKs, probes): 2.2 s
+    up = {"leaf1:up1": 137_500, "leaf1:up2": 137_500}
+    run = {"links": _links(up), "t0_ns": T0,
+           "flows": [_flow("h1", "h3", 125_000), _flow("h2", "h4", 125_000)]}
+    assert collective.ideal_completion(run) == (pytest.approx(2.2), "uplinks leaf1")
+    # ... and never less than the flows' own bytes (counters of a lab that lost frames)
+    run["links"] = _links({"leaf1:up1": 1_000})
+    assert collective.ideal_completion(run)[0] == pytest.approx(2.0)
+
+
 def test_flows_inside_a_leaf_use_no_uplink_and_the_senders_can_bind():
     # a leaf-local flow only loads NICs; a slow pacing is the largest bound
     run = {"links": _links(), "t0_ns": T0,
