@@ -5,39 +5,20 @@
  * egress queue; a frame that would take its ingress port beyond XOFF + headroom is dropped
  * (the pause was too late). The agent reads the rings, sends the PFC frames (XOFF above
  * XOFF bytes, XON below XON bytes) out of the ingress port, and the neighbour holds
- * that priority. Received PFC frames are recorded per port and priority (pfc_rx).
+ * that priority. Received PFC frames are recorded per port and priority (pause_until);
+ * while an egress port is paused its lossless frames wait in the port's qdisc (the agent
+ * holds that class) and stay in their ingress accounts as PFC_HELD entries, so the
+ * pause spreads upstream hop by hop. Retiring entries needs other ports' pause state:
+ * a map lookup, so it lives in switch.c (rl_pfc_retire).
  */
 #ifndef RAILAB_PFC_H
 #define RAILAB_PFC_H
 
 #include "railab_structs.h"
 
-/* Retire ring entries whose frames have left (at most PFC_POPS per call). */
-static __always_inline void pfc_retire(struct pfc_port *pp, __u64 now)
-{
-    __u32 i, t;
-
-#pragma unroll
-    for (i = 0; i < PFC_POPS; i++) {
-        t = pp->tail;
-        if (t == pp->head)
-            return;
-        if (pp->t_dep[t & (PFC_RING - 1)] > now)
-            return;
-        pp->bytes -= pp->len[t & (PFC_RING - 1)];
-        pp->tail = t + 1;
-    }
-}
-
-/* 1 if the frame does not fit its ingress port's XOFF + headroom. */
-static __always_inline int pfc_over_headroom(struct pfc_port *pp, __u64 now, __u32 len)
-{
-    pfc_retire(pp, now);
-    return pp->bytes + len > pp->limit_bytes;
-}
-
-/* Hold the queued frame in its ingress port's account until t_dep. A full ring merges
- * the frame into the newest entry (its bytes stay counted, leaving with the later frame). */
+/* Hold the queued frame in its ingress port's account until t_dep (a time, or PFC_HELD |
+ * egress slot). A full ring merges the frame into the newest entry (its bytes stay
+ * counted, leaving with the later frame). */
 static __always_inline void pfc_hold(struct pfc_port *pp, __u64 t_dep, __u32 len)
 {
     __u32 h = pp->head;

@@ -134,6 +134,14 @@
 #define PFC_RING      64              /* frames of one ingress port tracked until they leave */
 #define PFC_POPS      4               /* departed ring entries retired per arriving frame */
 #define PFC_F_ON      (1U << 0)       /* pfc_cfg.flags: lossless priority accounted, never tail-dropped */
+#define PFC_HELD      (1ULL << 63)    /* pfc_port.t_dep: held by a pause on egress slot (low 32 bits),
+                                       * leaves when that port's pause ends */
+/* skb->priority (an HTB class id, "1:10" / "1:20") tc_handoff gives a frame on a PFC port:
+ * the lossless class can be held for a pause while the other keeps sending */
+#define PFC_TC_LOSSLESS   0x10010U
+#define PFC_TC_OTHER      0x10020U
+#define PFC_TC_CNP        0x10030U    /* CNPs: a class of their own, first to send */
+#define PFC_CNP_DSCP      48          /* DSCP of CNPs (CS6, priority 6; dataplane.pfc) */
 
 /* struct handoff.magic: "rail", tells railab's metadata from anything else in front */
 #define HANDOFF_MAGIC     0x7261696cU

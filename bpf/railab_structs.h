@@ -153,6 +153,8 @@ struct port_queue {
 struct handoff {
     __u32 magic;          /* HANDOFF_MAGIC */
     __u32 ifindex;        /* egress ifindex (host order) */
+    __u32 tc_class;       /* skb->priority for the egress qdisc (PFC_TC_*), 0 = leave it */
+    __u32 _pad;
 };
 
 /* key of `flowlets` (LRU hash) */
@@ -241,7 +243,8 @@ struct pfc_port {
                            * as bit-time quanta converted at pause_ns_per_quantum */
     __u64 ns_per_quantum; /* config: wall ns of one quantum (512 bit times at the nominal
                            * speed, stretched by the lab's scale) */
-    __u64 t_dep[PFC_RING];   /* state: departure time (ns) of each held frame */
+    __u64 t_dep[PFC_RING];   /* state: departure time (ns) of each held frame, or PFC_HELD |
+                              * egress slot: waiting for that port's pause to end */
     __u32 len[PFC_RING];     /* state: its length (bytes) */
 };
 

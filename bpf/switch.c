@@ -449,8 +449,8 @@ static __always_inline int queue_admit(struct port_queue *q, __u64 now, __u64 tx
 
 /* Hand a decided, rewritten frame to tc_handoff (XDP_PASS with a `struct handoff` in
  * the metadata), which sends it through the egress port's qdisc: XDP cannot hold a
- * frame, a qdisc can. */
-static __always_inline int rl_handoff(struct xdp_md *ctx, __u32 egress_ifindex)
+ * frame, a qdisc can. tc_class picks the qdisc's class (PFC_TC_*; 0 = none). */
+static __always_inline int rl_handoff(struct xdp_md *ctx, __u32 egress_ifindex, __u32 tc_class)
 {
     struct handoff *h;
     void *data;
@@ -464,47 +464,89 @@ static __always_inline int rl_handoff(struct xdp_md *ctx, __u32 egress_ifindex)
         return rl_exit(ctx, XDP_ABORTED);
     h->magic = HANDOFF_MAGIC;
     h->ifindex = egress_ifindex;
+    h->tc_class = tc_class;
+    h->_pad = 0;
     return XDP_PASS;
+}
+
+/* Retire this ingress port's ring entries whose frames have left (at most PFC_POPS, in
+ * order): a departure time that has passed, or a frame held by a pause on its egress
+ * port once that port's pause of the lossless priority has ended (XON or expiry). */
+static __always_inline void rl_pfc_retire(struct pfc_port *pp, __u64 now, __u32 prio)
+{
+    struct pfc_port *epp;
+    __u32 i, tail, eslot;
+    __u64 t;
+
+#pragma unroll
+    for (i = 0; i < PFC_POPS; i++) {
+        tail = pp->tail;
+        if (tail == pp->head)
+            return;
+        t = pp->t_dep[tail & (PFC_RING - 1)];
+        if (t & PFC_HELD) {
+            eslot = (__u32)t;
+            epp = pfc_port.lookup(&eslot);
+            if (epp && epp->pause_until[prio & 7] > now)
+                return;
+        } else if (t > now) {
+            return;
+        }
+        pp->bytes -= pp->len[tail & (PFC_RING - 1)];
+        pp->tail = tail + 1;
+    }
 }
 
 /* Send the frame out of member m: emulated egress port (virtual queue: tail drop,
  * ECN, utilisation), MAC rewrite, TTL, tx counters, then a redirect -- or, for a port
- * with a real queue, the handoff to its qdisc. */
+ * with a real queue, the handoff to its qdisc. With PFC on, a lossless frame is
+ * accounted at its ingress port instead of being tail-dropped, and one whose egress
+ * port is paused by the neighbour skips the virtual queue (it is not on the wire) and
+ * waits in the qdisc's held lossless class. */
 static __always_inline int rl_transmit(struct xdp_md *ctx, struct ethhdr *eth, struct iphdr *iph,
                                        const struct member *m, __u64 len, struct pkt_count *mc,
                                        __u64 *nowp, __u32 in_slot)
 {
     struct port_stats *eps;
     struct port_queue *q;
-    struct pfc_port *pp = NULL;
+    struct pfc_port *pp = NULL, *epp;
     struct pfc_cfg *pc;
-    __u32 slot = m->egress_slot, zero = 0;
-    int mark = 0;
+    __u32 slot = m->egress_slot, zero = 0, tc_class = 0, prio;
+    __u64 t_dep;
+    int mark = 0, held = 0;
 
     eps = port_stats.lookup(&slot);
     q = port_queue.lookup(&slot);
     if (q && q->ps_per_byte) {
         __u64 buf_ns = q->buf_ns;
 
-        /* PFC: the lossless priority is accounted at its ingress port instead of being
-         * tail-dropped at the egress queue */
         pc = pfc_cfg.lookup(&zero);
-        if (pc && (pc->flags & PFC_F_ON) && (iph->tos >> 2) == pc->lossless_dscp) {
-            pp = pfc_port.lookup(&in_slot);
-            if (pp && pp->limit_bytes) {
-                if (pfc_over_headroom(pp, rl_now(nowp), len)) {
-                    __sync_fetch_and_add(&pp->headroom_drops, 1);
-                    return rl_drop(ctx, port_stats.lookup(&in_slot), DROP_PFC_HEADROOM);
+        if (pc && (pc->flags & PFC_F_ON)) {
+            tc_class = (iph->tos >> 2) == PFC_CNP_DSCP ? PFC_TC_CNP : PFC_TC_OTHER;
+            if ((iph->tos >> 2) == pc->lossless_dscp) {
+                tc_class = PFC_TC_LOSSLESS;
+                prio = pc->lossless_prio & 7;
+                pp = pfc_port.lookup(&in_slot);
+                if (pp && pp->limit_bytes) {
+                    rl_pfc_retire(pp, rl_now(nowp), prio);
+                    if (pp->bytes + len > pp->limit_bytes) {
+                        __sync_fetch_and_add(&pp->headroom_drops, 1);
+                        return rl_drop(ctx, port_stats.lookup(&in_slot), DROP_PFC_HEADROOM);
+                    }
+                    buf_ns = ~0ULL;
+                    epp = pfc_port.lookup(&slot);
+                    held = epp && epp->pause_until[prio] > rl_now(nowp);
+                } else {
+                    pp = NULL;
                 }
-                buf_ns = ~0ULL;
-            } else {
-                pp = NULL;
             }
         }
-        if (queue_admit(q, rl_now(nowp), rl_div1000(len * q->ps_per_byte), &mark, buf_ns))
+        if (!held && queue_admit(q, rl_now(nowp), rl_div1000(len * q->ps_per_byte), &mark, buf_ns))
             return rl_drop(ctx, eps, DROP_QUEUE_FULL);
-        if (pp)
-            pfc_hold(pp, *(volatile __u64 *)&q->t_free, len);
+        if (pp) {
+            t_dep = held ? (PFC_HELD | slot) : *(volatile __u64 *)&q->t_free;
+            pfc_hold(pp, t_dep, len);
+        }
     }
 
     rewrite_macs(eth, m->dmac, m->smac);
@@ -520,7 +562,7 @@ static __always_inline int rl_transmit(struct xdp_md *ctx, struct ethhdr *eth, s
         eps->tx_bytes += len;
     }
     if (q && (q->flags & QUEUE_F_REAL))
-        return rl_handoff(ctx, m->ifindex);
+        return rl_handoff(ctx, m->ifindex, tc_class);
     return rl_exit(ctx, bpf_redirect(m->ifindex, 0));
 }
 
@@ -582,6 +624,8 @@ int tc_handoff(struct __sk_buff *skb)
 
     if ((void *)(h + 1) > data || h->magic != HANDOFF_MAGIC)
         return TC_ACT_OK;
+    if (h->tc_class)
+        skb->priority = h->tc_class;
     return bpf_redirect(h->ifindex, 0);
 }
 

@@ -99,6 +99,11 @@ UTIL_ONE = 1024
 PFC_RING = 64
 PFC_POPS = 4
 PFC_F_ON = 1 << 0
+PFC_HELD = 1 << 63
+PFC_TC_LOSSLESS = 0x10010
+PFC_TC_OTHER = 0x10020
+PFC_TC_CNP = 0x10030
+PFC_CNP_DSCP = 48
 ECN_P_ONE = 65536
 
 
@@ -288,6 +293,8 @@ class Handoff(ct.Structure):
     _fields_ = [
         ("magic", ct.c_uint32),
         ("ifindex", ct.c_uint32),
+        ("tc_class", ct.c_uint32),
+        ("_pad", ct.c_uint32),
     ]
 
 

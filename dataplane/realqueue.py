@@ -13,6 +13,15 @@ In real-queue mode a switch port also gets
 Both queues drain at the same speed, so the real backlog follows the virtual one; the
 virtual queue keeps deciding drops and marks (counted in the data plane's counters) and
 the tbf limit leaves room above the virtual buffer so it never drops first.
+
+With PFC on, the root is an HTB at the port's speed with a class for the lossless
+priority (1:10, which tc_handoff picks through skb->priority), one for CNPs (1:30, sent
+first) and one for everything else (1:20), each able to take the whole port. The lossless class sends through a tbf of its
+own: a pause from the neighbour sets that tbf to a trickle (HOLD_BPS) and its end sets it
+back, which also refills its bucket, so the held frames leave at once at the port's speed.
+The trickle is the slowest rate at which tbf still takes a full frame: its bucket is a
+time of at most 2**32 ns, so a held class lets one frame through when the hold starts
+(the frame already on the wire, in a real switch) and then at most one per ~4 s.
 """
 from __future__ import annotations
 
@@ -28,6 +37,12 @@ from dataplane.netns_util import in_netns
 TC_INGRESS = "ffff:fff2"
 TC_H_ROOT = 0xFFFFFFFF
 SHAPER_HANDLE = 0x10000                # "1:"
+PORT_CLASS = 0x10001                   # HTB "1:1", the port's speed (PFC on)
+LOSSLESS_CLASS = 0x10010               # "1:10" = bpf_abi.PFC_TC_LOSSLESS
+OTHER_CLASS = 0x10020                  # "1:20" = bpf_abi.PFC_TC_OTHER, HTB's default
+CNP_CLASS = 0x10030                    # "1:30" = bpf_abi.PFC_TC_CNP, CNPs
+LOSSLESS_TBF = 0x100000                # "10:", the lossless class's tbf (held for pauses)
+TBF_MAX_BUCKET_NS = 2**32 - 1          # the kernel keeps a tbf bucket as at most this many ns
 MAX_SHAPER_BPS = (2**32 - 1) * 8       # tbf's 32-bit bytes/s rate (pyroute2 sends no rate64)
 ETH_OVERHEAD = 18                      # Ethernet header + one VLAN tag above the L3 MTU
 BUCKET_ROUNDING_NS = 1000 + 2 * 64     # tbf keeps its bucket as a time: pyroute2 rounds it
@@ -62,6 +77,11 @@ def shaper_params(speed_bps: int, buffer_bytes: int, mtu: int) -> ShaperParams:
     # the rounded bucket no longer holds a full frame and tbf drops every one.
     burst = mtu + ETH_OVERHEAD + math.ceil(rate * BUCKET_ROUNDING_NS / 8e9)
     return ShaperParams(rate_bps=rate, burst_bytes=burst, limit_bytes=2 * buffer_bytes + burst)
+
+
+def hold_bps(burst_bytes: int) -> int:
+    """The slowest tbf rate that still takes a frame of burst_bytes: a held class's trickle."""
+    return math.ceil(1.25 * burst_bytes * 8 * 1e9 / TBF_MAX_BUCKET_NS)   # 1.25: tick rounding
 
 
 class NamespaceQueues:
@@ -105,23 +125,58 @@ class NamespaceQueues:
         with contextlib.suppress(NetlinkError):   # the root qdisc, whatever its kind
             self._ipr.tc("del", index=ifindex, parent=TC_H_ROOT)
 
-    def shape(self, ifindex: int, speed_bps: int, buffer_bytes: int) -> ShaperParams:
-        """(Re)set the tbf root qdisc of ifindex for a port of speed_bps."""
+    def shape(self, ifindex: int, speed_bps: int, buffer_bytes: int, classes: bool = False) -> ShaperParams:
+        """(Re)set the root qdisc of ifindex for a port of speed_bps: one tbf, or with
+        `classes` (PFC) the HTB of the lossless and the other priority."""
         params = shaper_params(speed_bps, buffer_bytes, self._mtu_of(ifindex))
         try:
-            self._ipr.tc("replace", "tbf", ifindex, handle=SHAPER_HANDLE,
-                         rate=f"{params.rate_bps}bit", burst=params.burst_bytes,
-                         limit=params.limit_bytes)
+            if classes:
+                self._shape_classes(ifindex, params)
+            else:
+                self._ipr.tc("replace", "tbf", ifindex, handle=SHAPER_HANDLE,
+                             rate=f"{params.rate_bps}bit", burst=params.burst_bytes,
+                             limit=params.limit_bytes)
         except NetlinkError as e:
-            raise RealQueueError(f"tbf on ifindex {ifindex} in {self.netns}: {e}") from None
+            raise RealQueueError(f"shaper on ifindex {ifindex} in {self.netns}: {e}") from None
         return params
+
+    def _shape_classes(self, ifindex: int, params: ShaperParams) -> None:
+        with contextlib.suppress(NetlinkError):       # a tbf root cannot become an HTB in place
+            self._ipr.tc("del", index=ifindex, parent=TC_H_ROOT)
+        rate, burst = f"{params.rate_bps}bit", params.burst_bytes
+        self._ipr.tc("add", "htb", ifindex, SHAPER_HANDLE, default=OTHER_CLASS & 0xFFFF)
+        self._ipr.tc("add-class", "htb", ifindex, PORT_CLASS, parent=SHAPER_HANDLE,
+                     rate=rate, ceil=rate, burst=burst, cburst=burst)
+        # CNPs get a tenth guaranteed and the first turn at what is left over (HTB prio 0):
+        # a CNP is not stuck behind data, as in a switch's strict-priority CNP queue
+        shares = {CNP_CLASS: (params.rate_bps // 10, 0), LOSSLESS_CLASS: (params.rate_bps * 9 // 20, 1),
+                  OTHER_CLASS: (params.rate_bps * 9 // 20, 1)}
+        for cls, (share, prio) in shares.items():
+            self._ipr.tc("add-class", "htb", ifindex, cls, parent=PORT_CLASS, rate=f"{max(share, 8)}bit",
+                         ceil=rate, burst=burst, cburst=burst, prio=prio)
+        for cls, leaf in ((OTHER_CLASS, 0x200000), (CNP_CLASS, 0x300000)):     # "20:", "30:"
+            self._ipr.tc("add", "bfifo", ifindex, leaf, parent=cls, limit=params.limit_bytes)
+        self._set_lossless(ifindex, params, held=False, verb="add")
+
+    def _set_lossless(self, ifindex: int, params: ShaperParams, held: bool, verb: str = "change") -> None:
+        rate = hold_bps(params.burst_bytes) if held else params.rate_bps
+        self._ipr.tc(verb, "tbf", ifindex, LOSSLESS_TBF, parent=LOSSLESS_CLASS, rate=f"{rate}bit",
+                     burst=params.burst_bytes, limit=params.limit_bytes)
+
+    def hold(self, ifindex: int, params: ShaperParams, held: bool) -> None:
+        """Hold (a pause from the neighbour) or release the lossless class of a port
+        shaped with classes and `params`."""
+        try:
+            self._set_lossless(ifindex, params, held)
+        except NetlinkError as e:
+            raise RealQueueError(f"PFC hold on ifindex {ifindex} in {self.netns}: {e}") from None
 
     def stats(self) -> dict[int, dict]:
         """{ifindex: shaper backlog and counters} for every port with a shaper, from one
         dump: backlog_bytes, backlog_packets, sent_packets, drops, overlimits."""
         out = {}
         for msg in self._ipr.get_qdiscs():
-            if msg.get_attr("TCA_KIND") != "tbf":
+            if msg["parent"] != TC_H_ROOT or msg.get_attr("TCA_KIND") not in ("tbf", "htb"):
                 continue
             basic = msg.get_attr("TCA_STATS") or {}
             out[msg["index"]] = {

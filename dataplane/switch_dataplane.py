@@ -175,6 +175,7 @@ class SwitchDataplane:
         self._tm: dict[tuple, dict] = {}           # (switch_id, 5-tuple) -> entry info
         self._tm_dsts: dict[tuple[int, int], set] = {}   # (switch_id, daddr_be) -> idents
         self._port_model: dict[int, dict] = {}     # ifindex -> model config
+        self._pfc_prio = 3                         # the lossless priority (set_pfc)
         self._local_refs: dict[tuple[int, int], set[int]] = {}
         self._routes: dict[tuple[int, ipaddress.IPv4Network], int] = {}
         self._route_avoid: dict[tuple[int, ipaddress.IPv4Network], int] = {}
@@ -659,6 +660,7 @@ class SwitchDataplane:
         cfg = abi.PfcCfg(flags=abi.PFC_F_ON if on else 0, lossless_dscp=lossless_dscp,
                          lossless_prio=lossless_prio)
         self.maps.update("pfc_cfg", ct.c_uint32(0), cfg)
+        self._pfc_prio = lossless_prio
 
     def set_pfc_port(self, ifindex: int, *, limit_bytes: int, ns_per_quantum: int) -> None:
         """An ingress port's PFC account: a lossless frame beyond limit_bytes (XOFF +
@@ -668,30 +670,53 @@ class SwitchDataplane:
         pp = abi.PfcPort(limit_bytes=min(int(limit_bytes), 2**32 - 1), ns_per_quantum=int(ns_per_quantum))
         self.maps.update("pfc_port", ct.c_uint32(port.slot), pp)
 
-    def pfc_occupancy(self, ifindex: int, pp: "abi.PfcPort | None" = None) -> int:
-        """Lossless bytes from this ingress port still waiting in egress queues now: the
-        ring's entries whose departure time is still ahead."""
-        if pp is None:
-            pp = abi.PfcPort()
-            if not self.maps.lookup("pfc_port", ct.c_uint32(self.port_info(ifindex).slot), pp):
-                return 0
+    def pfc_port(self, ifindex: int) -> "abi.PfcPort | None":
+        """The raw PFC account of a port (bpf/pfc.h), or None."""
+        pp = abi.PfcPort()
+        if not self.maps.lookup("pfc_port", ct.c_uint32(self.port_info(ifindex).slot), pp):
+            return None
+        return pp
+
+    @staticmethod
+    def pfc_occupancy_of(pp: "abi.PfcPort", now: int, still_held) -> int:
+        """Lossless bytes of an ingress account still waiting in egress queues at `now`:
+        entries whose departure time is ahead, and entries held by a pause on an egress
+        slot for which still_held(slot) is true."""
         if not pp.bytes:
             return 0
         if pp.head - pp.tail > abi.PFC_RING:
             return pp.bytes
-        now = time.monotonic_ns()
-        return sum(pp.len[i % abi.PFC_RING] for i in range(pp.tail, pp.head)
-                   if pp.t_dep[i % abi.PFC_RING] > now)
+        waiting = 0
+        for i in range(pp.tail, pp.head):
+            t_dep = pp.t_dep[i % abi.PFC_RING]
+            if (still_held(t_dep & 0xFFFFFFFF) if t_dep & abi.PFC_HELD else t_dep > now):
+                waiting += pp.len[i % abi.PFC_RING]
+        return waiting
+
+    def pfc_paused(self, slot: int, now: int) -> bool:
+        """Whether the neighbour of port `slot` pauses its lossless priority at `now`."""
+        pp = abi.PfcPort()
+        if not self.maps.lookup("pfc_port", ct.c_uint32(slot), pp):
+            return False
+        return pp.pause_until[self._pfc_prio & 7] > now
 
     def pfc_port_state(self, ifindex: int) -> dict:
         """occupancy_bytes: lossless bytes from this ingress port still waiting in egress
         queues now; peak_bytes, headroom_drops; pause_rx (PFC frames received here) and
         paused_until_ns per priority (monotonic ns; 0 = never paused)."""
-        port = self.port_info(ifindex)
-        pp = abi.PfcPort()
-        if not self.maps.lookup("pfc_port", ct.c_uint32(port.slot), pp):
+        pp = self.pfc_port(ifindex)
+        if pp is None:
             return {}
-        return {"occupancy_bytes": self.pfc_occupancy(ifindex, pp), "peak_bytes": pp.peak, "headroom_drops": pp.headroom_drops,
+        now = time.monotonic_ns()
+        paused: dict[int, bool] = {}          # one read per egress port however many entries
+
+        def still_held(slot: int) -> bool:
+            if slot not in paused:
+                paused[slot] = self.pfc_paused(slot, now)
+            return paused[slot]
+
+        occupancy = self.pfc_occupancy_of(pp, now, still_held)
+        return {"occupancy_bytes": occupancy, "peak_bytes": pp.peak, "headroom_drops": pp.headroom_drops,
                 "pause_rx": pp.pause_rx, "paused_until_ns": list(pp.pause_until)}
 
     def port_model(self, ifindex: int) -> dict | None:

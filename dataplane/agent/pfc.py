@@ -6,6 +6,12 @@ runs out while it stays above XON, and XON (quanta 0) once it is at or below XON
 The data path cannot send a frame of its own while it forwards one, so this thread does
 it, every poll_ms of wall-clock time; the headroom above XOFF absorbs what arrives in
 the meantime (the data path drops a lossless frame only beyond XOFF + headroom).
+
+It also carries out the pauses switch ports receive: the data path records them
+(pause_until) and stops accounting the port's lossless frames as sent; this thread holds
+the lossless class of that port's qdisc while the pause lasts and releases it when it
+ends (XON or expiry), so those frames really wait, and their ingress accounts fill and
+pause the next hop upstream.
 """
 from __future__ import annotations
 
@@ -17,6 +23,7 @@ from dataclasses import dataclass
 
 from dataplane import pfc
 from dataplane.netns_util import in_netns
+from dataplane.realqueue import NamespaceQueues
 
 log = logging.getLogger(__name__)
 POLL_S = 0.0005                 # wall-clock seconds between reads of the accounts
@@ -37,12 +44,28 @@ class PortPause:
         return self.paused_ns + (now - self.since_ns if self.paused else 0)
 
 
+@dataclass
+class PortHold:
+    """What one switch port's neighbour has asked of it: the lossless class held."""
+    held: bool = False
+    since_ns: int = 0
+    held_ns: int = 0            # closed holds
+    holds: int = 0
+    shaper: object = None       # the ShaperParams the hold was set on (a reshape releases it)
+
+    def held_total_ns(self, now: int) -> int:
+        return self.held_ns + (now - self.since_ns if self.held else 0)
+
+
 class PfcSender:
     def __init__(self, programmer, cfg: dict):
         self.p = programmer
         self.cfg = dict(cfg)
         self.ports = [(n, i) for n in programmer.spec.switches for i in n.interfaces]
         self.state = {i.ifindex: PortPause() for _, i in self.ports}
+        self.holds = {i.ifindex: PortHold() for _, i in self.ports}
+        self.slots = {i.ifindex: programmer.dp.port_info(i.ifindex).slot for _, i in self.ports}
+        self.queues: dict[str, NamespaceQueues] = {}    # per switch netns, opened by the thread
         self.socks: dict[int, socket.socket] = {}
         self.frames: dict[tuple[int, int], bytes] = {}
         for node, iface in self.ports:
@@ -89,10 +112,18 @@ class PfcSender:
                 st.paused_ns += now - st.since_ns
 
     def step(self, now: int) -> None:
-        xoff, xon = self.cfg["xoff_bytes"], self.cfg["xon_bytes"]
+        xoff, xon, prio = self.cfg["xoff_bytes"], self.cfg["xon_bytes"], self.cfg["priority"]
+        dp = self.p.dp
+        accounts = {i.ifindex: dp.pfc_port(i.ifindex) for _, i in self.ports}
+        paused = {self.slots[ifindex]: pp is not None and pp.pause_until[prio] > now
+                  for ifindex, pp in accounts.items()}
         for node, iface in self.ports:
+            pp = accounts[iface.ifindex]
+            if pp is None:
+                continue
+            self._follow_pause(node, iface, paused[self.slots[iface.ifindex]], now)
             st = self.state[iface.ifindex]
-            occupancy = self.p.dp.pfc_occupancy(iface.ifindex)
+            occupancy = dp.pfc_occupancy_of(pp, now, lambda slot: paused.get(slot, False))
             pause_ns = self.p.pause_wall_ns(iface, self.cfg["quanta"])
             if occupancy > xoff and (not st.paused or now - st.last_xoff_ns > pause_ns // 2):
                 self._send(iface.ifindex, self.cfg["quanta"], now)
@@ -102,16 +133,52 @@ class PfcSender:
                 st.paused = False
                 st.paused_ns += st.last_xoff_ns + pause_ns - st.since_ns
 
+    def _follow_pause(self, node, iface, paused: bool, now: int) -> None:
+        """Hold or release the port's lossless class as its neighbour's pause asks."""
+        hold = self.holds[iface.ifindex]
+        shaper = self.p.shapers.get(iface.ifindex)
+        if shaper is None:
+            return
+        if hold.shaper is not shaper:        # shaped anew: the new qdisc starts released
+            hold.shaper, hold.held = shaper, False
+        if paused != hold.held:
+            self._hold(node, iface, paused, now)
+
+    def _hold(self, node, iface, held: bool, now: int) -> None:
+        hold = self.holds[iface.ifindex]
+        queues = self.queues.get(node.netns)
+        if queues is None:
+            queues = self.queues[node.netns] = NamespaceQueues(node.netns)
+        queues.hold(iface.ifindex, self.p.shapers[iface.ifindex], held)
+        if held:
+            hold.held, hold.since_ns, hold.holds = True, now, hold.holds + 1
+        else:
+            hold.held = False
+            hold.held_ns += now - hold.since_ns
+
     def _loop(self) -> None:
-        while not self.stop_event.wait(POLL_S):
-            try:
-                self.step(time.monotonic_ns())
-            except Exception:        # never let one bad read stop the pauses
-                log.exception("PFC sender")
+        try:
+            while not self.stop_event.wait(POLL_S):
+                try:
+                    self.step(time.monotonic_ns())
+                except Exception:        # never let one bad read stop the pauses
+                    log.exception("PFC sender")
+        finally:      # on this thread: pyroute2 sockets answer on the thread that opened them
+            now = time.monotonic_ns()
+            for node, iface in self.ports:           # leave no class held
+                if self.holds[iface.ifindex].held:
+                    try:
+                        self._hold(node, iface, False, now)
+                    except Exception:
+                        log.exception("PFC release of %s:%s", node.name, iface.name)
+            for queues in self.queues.values():
+                queues.close()
 
     def port_counters(self, ifindex: int) -> dict:
-        st = self.state.get(ifindex)
+        st, hold = self.state.get(ifindex), self.holds.get(ifindex)
         if st is None:
             return {}
+        now = time.monotonic_ns()
         return {"pause_frames_sent": st.frames_sent, "xon_sent": st.xon_sent,
-                "paused_sent_ns": st.paused_total_ns(time.monotonic_ns()), "pausing": st.paused}
+                "paused_sent_ns": st.paused_total_ns(now), "pausing": st.paused,
+                "holding": hold.held, "held_ns": hold.held_total_ns(now), "holds": hold.holds}

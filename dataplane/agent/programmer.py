@@ -105,6 +105,7 @@ class SwitchProgrammer:
         self.lbn: dict[tuple[str, str], int] = {}
         self.speed_override: dict[int, int] = {}   # ifindex -> nominal b/s (fault "degrade")
         self._handoff_ports: set[int] = set()        # ifindexes with tc_handoff attached
+        self.shapers: dict = {}                      # ifindex -> realqueue.ShaperParams set
         self.lb_times: dict[int, dict[str, float]] = {}   # gid -> LB_TIME_DEFAULTS' keys, real us
         self.pfc_sender = None                     # dataplane.agent.pfc.PfcSender while PFC is on
         self._towards: dict[str, tuple] = {}           # see _paths_towards
@@ -168,6 +169,9 @@ class SwitchProgrammer:
         new = merged(self.port_model, changes, PORT_MODEL_DEFAULTS, "port-model")
         self._check_port_model(new)
         rescaled = new["scale"] != self.port_model["scale"]
+        if self.pfc_sender is not None:     # it must not hold a qdisc being replaced
+            self.pfc_sender.close()
+            self.pfc_sender = None
         self.port_model = new
         for node in self.spec.switches:
             with self._queues(node) as queues:
@@ -292,13 +296,16 @@ class SwitchProgrammer:
             if iface.ifindex not in self._handoff_ports:
                 queues.attach(iface.ifindex, self.dp.handoff_prog_fd)
                 self._handoff_ports.add(iface.ifindex)
-            queues.shape(iface.ifindex, speed, pm["buffer_bytes"] + self._pfc_room(pm))
+            self.shapers[iface.ifindex] = queues.shape(iface.ifindex, speed,
+                                                       pm["buffer_bytes"] + self._pfc_room(pm),
+                                                       classes=pm["pfc"] == "on")
         self.dp.set_port_model(iface.ifindex, speed_bps=speed, buffer_bytes=pm["buffer_bytes"],
                                ecn_bytes=pm["ecn_bytes"] if pm["ecn_bytes"] >= 0 else None,
                                window_us=self.wall_us(pm["window_us"]), real_queue=real,
                                ecn_max_bytes=pm["ecn_max_bytes"] if pm["ecn_max_bytes"] >= 0 else None,
                                ecn_pmax=pm["ecn_pmax"])
         if not real and iface.ifindex in self._handoff_ports:
+            self.shapers.pop(iface.ifindex, None)
             queues.detach(iface.ifindex)
             self._handoff_ports.discard(iface.ifindex)
 
@@ -621,8 +628,9 @@ class SwitchProgrammer:
 
     def pfc_counters(self, iface) -> dict:
         """Per port, for the lossless priority: pause frames sent (XOFF and XON) and time
-        spent pausing the neighbour (wall and real ns), frames received from it, headroom
-        used (peak account above XOFF), headroom drops. Empty while PFC is off."""
+        spent pausing the neighbour (wall and real ns), frames received from it and time
+        spent holding the priority for it (wall and real ns), headroom used (peak account
+        above XOFF), headroom drops. Empty while PFC is off."""
         if self.port_model["pfc"] != "on":
             return {}
         st = self.dp.pfc_port_state(iface.ifindex)
@@ -633,6 +641,9 @@ class SwitchProgrammer:
                 "pausing": bool(sent.get("pausing")), "paused_ns": wall,
                 "paused_real_ns": int(timescale.real_seconds(wall, self.port_model["scale"])),
                 "pause_frames_received": st.get("pause_rx", 0),
+                "holding": bool(sent.get("holding")), "holds": sent.get("holds", 0),
+                "held_ns": sent.get("held_ns", 0),
+                "held_real_ns": int(timescale.real_seconds(sent.get("held_ns", 0), self.port_model["scale"])),
                 "occupancy_bytes": st.get("occupancy_bytes", 0),
                 "headroom_used_bytes": max(0, st.get("peak_bytes", 0) - self.port_model["xoff_bytes"]),
                 "headroom_drops": st.get("headroom_drops", 0)}

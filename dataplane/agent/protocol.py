@@ -231,7 +231,7 @@ def request(op: str, **fields) -> Request:
 # ------------------------------------------------------------------ the counters reply
 PORT_TOTALS = ("rx_packets", "rx_bytes", "tx_packets", "tx_bytes", "ecn_marked")
 PFC_TOTALS = ("pause_frames_sent", "xon_sent", "paused_ns", "paused_real_ns", "pause_frames_received",
-              "headroom_drops")
+              "holds", "held_ns", "held_real_ns", "headroom_drops")
 
 
 @dataclass

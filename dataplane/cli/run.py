@@ -38,6 +38,10 @@ def run(args) -> int:
         results, folder = session.run(exp, progress, lab_name=args.name,
                                       runtime=args.runtime)
     _warn_receiver_drops(results)
+    if results.get("lab_mismatch"):
+        print(f"railab: warning: lab {results['lab']} was deployed from another topology than "
+              f"{exp.lab_file} ({results['lab_mismatch']}); the experiment ran on the lab as deployed",
+              file=sys.stderr)
     if args.json:
         summary = {
             "experiment": results["experiment"], "folder": str(folder),

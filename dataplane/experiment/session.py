@@ -41,6 +41,23 @@ def _steps(exp: Experiment) -> int:
     return len(exp.modes) + (exp.sweep["seeds"] if exp.sweep else 0)
 
 
+def topology_difference(wanted, deployed) -> str | None:
+    """How the deployed lab differs from the experiment's lab file (nodes, links), or None."""
+    def shape(spec):
+        nodes = {n.name for n in spec.nodes}
+        links = {frozenset((f"{n.name}:{i.name}", i.peer)) for n in spec.nodes for i in n.interfaces}
+        return nodes, links
+
+    (w_nodes, w_links), (d_nodes, d_links) = shape(wanted), shape(deployed)
+    parts = []
+    if w_nodes != d_nodes:
+        missing, extra = sorted(w_nodes - d_nodes), sorted(d_nodes - w_nodes)
+        parts.append(f"nodes missing: {', '.join(missing[:3]) or '-'}; not in the file: {', '.join(extra[:3]) or '-'}")
+    elif w_links != d_links:
+        parts.append(f"{len(w_links ^ d_links)} links differ")
+    return "; ".join(parts) or None
+
+
 def run(exp: Experiment, progress=None, lab_name: str | None = None,
         runtime: str = "netns") -> tuple[dict, Path]:
     topo = clab.read(exp.lab_file)
@@ -54,10 +71,12 @@ def run(exp: Experiment, progress=None, lab_name: str | None = None,
             progress.update(task, advance=1, description=f"{exp.name}: {text}")
 
     deployed_here = not lifecycle.is_up(spec.name)
+    mismatch = None
     if deployed_here:
         lifecycle.deploy(spec)
     else:
-        spec = state.load(spec.name).spec
+        wanted, spec = spec, state.load(spec.name).spec
+        mismatch = topology_difference(wanted, spec)
     fabric = Fabric(spec.name)
     found = fabric.show()          # load balancing and port model as the lab is now
     try:
@@ -69,7 +88,7 @@ def run(exp: Experiment, progress=None, lab_name: str | None = None,
             "experiment": exp.name, "lab": spec.name, "lab_file": str(exp.lab_file),
             "started": time.strftime("%Y-%m-%dT%H:%M:%S"), "duration_s": exp.duration_s,
             "flows": len(flows), "port_model": shown.get("port_model"), "clock": shown.get("clock"),
-            "modes": {}, "sweeps": {},
+            "modes": {}, "sweeps": {}, "lab_mismatch": mismatch,
         }
         per_mode_ports = any(m.port_model for m in exp.modes)
         for mode in exp.modes:

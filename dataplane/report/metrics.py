@@ -13,7 +13,7 @@ Definitions (``D`` = run["duration_s"]):
   *load* is the bytes sent upwards x 8 / D (b/s). Downward directions and host links are
   not uplinks.
 * ``goodput_bps`` = sum over flows of payload_bytes x 8 / D; ``elephant_goodput_bps``
-  the same over flows of class "elephant".
+  and ``mice_goodput_bps`` the same over flows of class "elephant" / "mice".
 * ``offered_bps`` = sum of the flows' offered_bps.
 * ``uplink_max_mean`` = max uplink load / mean uplink load; 1.0 when every uplink carried
   nothing (nothing to balance); None when the fabric has no uplinks (rail-only).
@@ -86,14 +86,14 @@ UP_PAIRS = {("leaf", "spine"): "leaf-spine", ("spine", "core"): "spine-core"}
 
 # Scalar metrics of run_metrics, in display order (mode_summary summarises these).
 METRIC_KEYS = (
-    "goodput_bps", "elephant_goodput_bps", "offered_bps", "uplink_max_mean", "leaf_uplink_max_mean",
+    "goodput_bps", "elephant_goodput_bps", "mice_goodput_bps", "offered_bps", "uplink_max_mean", "leaf_uplink_max_mean",
     "leaf_uplink_max_mean_settled", "nav_leaf_uplink_max_mean", "jain", "uplink_cv",
     "max_uplink_util", "idle_uplinks", "idle_leaf_uplinks", "idle_elephant_uplinks",
     "expected_idle_uplinks", "uplinks",
     "loss_packets", "loss_pct", "reorder_pct", "out_of_order", "duplicates", "fct_p50_us",
     "fct_p99_us", "mice_fct_p99_us", "latency_mean_us", "latency_max_us", "receiver_drops", "drops", "ecn_marked", "ce_packets", "messages_completed",
     "messages_incomplete", "lossless_loss_pct", "lossy_loss_pct", "lossless_lost", "lossy_lost",
-    "pause_frames", "pause_fraction", "headroom_drops",
+    "pause_frames", "pause_fraction", "held_fraction", "headroom_drops",
     "leaf_uplink_max_over_mean", "leaf_uplink_min_over_mean", "completion_s", "ideal_completion_s",
     "completion_over_ideal", "senders_end_s", "achievable_s", "completion_over_achievable",
 )
@@ -359,7 +359,8 @@ def nav_balance(run: dict) -> float | None:
 def pfc_metrics(run: dict, d: float) -> dict:
     """PFC: loss of the lossless priority (flows with the lossless DSCP) and of the others,
     pause frames the switches sent, the largest pause fraction of any port (time it kept
-    its neighbour paused / the run's duration) and the ports that paused."""
+    its neighbour paused / the run's duration), the ports that paused, and how long
+    switch ports held their lossless priority for a pausing neighbour (largest fraction)."""
     pm = run.get("port_model") or {}
     dscp = pm.get("pfc_dscp", 26)
     flows = run.get("flows", [])
@@ -377,6 +378,8 @@ def pfc_metrics(run: dict, d: float) -> dict:
             "pause_frames": sum(int(c.get("pause_frames_sent", 0)) for c in ports.values()),
             "pause_fraction": max(fractions.values()) if fractions else 0.0,
             "paused_ports": sorted(p for p, f in fractions.items() if f > 0),
+            "held_fraction": max((c.get("held_ns", 0) / 1e9 / d for c in ports.values()), default=0.0) if d else 0.0,
+            "held_ports": sorted(p for p, c in ports.items() if c.get("holds")),
             "headroom_drops": sum(int(c.get("headroom_drops", 0)) for c in ports.values())}
 
 
@@ -407,6 +410,8 @@ def run_metrics(run: dict) -> dict:
         "goodput_bps": sum(int(f.get("payload_bytes") or 0) for f in flows) * 8 / d,
         "elephant_goodput_bps": sum(int(f.get("payload_bytes") or 0) for f in flows
                                     if f.get("cls") == "elephant") * 8 / d,
+        "mice_goodput_bps": sum(int(f.get("payload_bytes") or 0) for f in flows
+                                if f.get("cls") == "mice") * 8 / d,
         "offered_bps": float(sum(float(f.get("offered_bps") or 0) for f in flows)),
         "uplink_max_mean": max_mean(loads),
         # per sending leaf, worst leaf: whole run, and once the nav controller has had one

@@ -74,6 +74,8 @@ def fmt_value(kind: str, value: float | None) -> str:
         return fmt_us(value * 1000)
     if kind == "pct":
         return f"{value:.2f} %" if value < 10 else f"{value:.1f} %"
+    if kind == "frac":
+        return fmt_value("pct", value * 100)
     if kind == "ratio":
         return f"{value:.2f}"
     if kind == "jain":
@@ -255,10 +257,62 @@ def build_transport_table(results, title: str | None = None) -> Table | None:
     return table
 
 
+PFC_COLUMNS = (
+    ("lossless_lost", "lossless\nlost", "count"),
+    ("lossy_lost", "lossy\nlost", "count"),
+    ("headroom_drops", "headroom\ndrops", "count"),
+    ("pause_frames", "pause\nframes", "count"),
+    ("pause_fraction", "most\npaused", "frac"),
+    ("held_fraction", "most\nheld", "frac"),
+    ("mice_goodput_bps", "mice\ngoodput", "bps"),
+)
+
+
+def build_pfc_table(results, title: str | None = None) -> Table | None:
+    """Runs with PFC on: losses per priority, pauses sent, the largest share of the run a
+    port paused its neighbour / held its lossless priority for one, the mice's goodput
+    (the victims of head-of-line blocking) and the ports that paused; None without PFC."""
+    rows = []
+    for label, runs in m.group_runs(results).items():
+        for i, run in enumerate(runs):
+            if run.get("pfc_ports"):
+                name = label if len(runs) == 1 else f"{label} #{i + 1}"
+                rows.append((name, m.run_metrics(run)))
+    if not rows:
+        return None
+    table = Table(title=f"{title or m.results_title(results)}: PFC", title_justify="left",
+                  caption_justify="left",
+                  caption="most paused / held: the largest share of the run one port kept its "
+                          "neighbour paused / held its lossless priority for a pausing neighbour")
+    table.add_column("mode", justify="left", no_wrap=True)
+    for _, header, _ in PFC_COLUMNS:
+        table.add_column(header, justify="right")
+    table.add_column("ports that paused", justify="left")
+    for name, met in rows:
+        cells = [fmt_value(kind, met.get(key)) for key, _, kind in PFC_COLUMNS]
+        table.add_row(name, *cells, _port_ranges(met.get("paused_ports") or []))
+    return table
+
+
+def _port_ranges(ports: list[str]) -> str:
+    """'leaf1-r0:down1..down8, spine2:down2' from a list of switch:port names."""
+    by_switch: dict[str, list[str]] = {}
+    for p in ports:
+        switch, _, port = p.partition(":")
+        by_switch.setdefault(switch, []).append(port)
+    parts = []
+    for switch, names in by_switch.items():
+        names.sort(key=lambda n: (n.rstrip("0123456789"), int(n[len(n.rstrip("0123456789")):] or 0)))
+        parts.append(f"{switch}:{names[0]}" + (f"..{names[-1]}" if len(names) > 2 else
+                                               f", {switch}:{names[1]}" if len(names) == 2 else ""))
+    return ", ".join(parts) or "-"
+
+
 def tables(results, title: str | None = None) -> list[Table]:
-    """Every table of an experiment: the comparison, then the transport and fault
+    """Every table of an experiment: the comparison, then the PFC, transport and fault
     tables when there is something to show."""
-    extra = [build_transport_table(results, title), build_fault_table(results, title)]
+    extra = [build_pfc_table(results, title), build_transport_table(results, title),
+             build_fault_table(results, title)]
     return [build_table(results, title)] + [t for t in extra if t is not None]
 
 

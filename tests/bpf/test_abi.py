@@ -70,7 +70,7 @@ def test_constants_match_c_defines():
         text = (BPF_DIR / header).read_text()
         for m in re.finditer(r"^#define\s+(\w+)\s+(.+?)\s*(?:/\*.*)?$", text, re.M):
             name, expr = m.group(1), m.group(2).strip()
-            expr = re.sub(r"([0-9a-fA-F])U\b", r"\1", expr)       # 1U << 0 -> 1 << 0
+            expr = re.sub(r"([0-9a-fA-F])U?L{0,2}\b", r"\1", expr)   # 1ULL << 63 -> 1 << 63
             if re.fullmatch(r"[0-9xXa-fA-F()<> ]+", expr):
                 defines[name] = eval(expr)               # noqa: S307 -- literal arithmetic only
     mirrored = {k: v for k, v in abi.CONSTANTS.items()}

@@ -372,3 +372,48 @@ def test_real_queue_port_hands_the_decided_frame_to_tc(dp, lab, mode):
     assert (meta.magic, meta.ifindex) == (abi.HANDOFF_MAGIC, EG[0])
     with pytest.raises(ValueError, match="needs a port speed"):
         dp.set_port_model(EG[0], speed_bps=0, real_queue=True)
+
+
+def test_pfc_classes_and_a_paused_egress_holds_lossless_frames_in_the_ingress_account(dp, lab, mode):
+    """PFC on, real queue: the handoff names the qdisc class (lossless, CNP, other); while
+    the egress port's neighbour pauses the lossless priority, a lossless frame stays in its
+    ingress account as held (PFC_HELD | egress slot) and skips the virtual queue."""
+    mode("ecmp", group=G2)
+    dp.tm_add(SW, src="10.9.0.2", dst="10.41.0.1", sport=1, dport=2, proto="udp",
+              egress_ifindex=EG[0], dmac=NH_MAC[EG[0]])
+    dp.set_port_model(EG[0], speed_bps=10**9, real_queue=True, buffer_bytes=1 << 20)
+    dp.set_pfc(on=True, lossless_dscp=26, lossless_prio=3)
+    for ifx in (IN, EG[0]):
+        dp.set_pfc_port(ifx, limit_bytes=1 << 20, ns_per_quantum=1000)
+    try:
+        def handed(tos):
+            res = run(dp, lab, udp("10.41.0.1", sport=1, dport=2, tos=tos))
+            assert res.verdict == "pass"
+            return abi.Handoff.from_buffer_copy(res.meta).tc_class
+
+        assert handed(26 << 2) == abi.PFC_TC_LOSSLESS
+        assert handed(abi.PFC_CNP_DSCP << 2) == abi.PFC_TC_CNP
+        assert handed(0) == abi.PFC_TC_OTHER
+        # the neighbour behind EG[0] pauses priority 3 for 65,535 quanta (65 ms here)
+        pause = (Ether(src=NH_MAC[EG[0]], dst="01:80:c2:00:00:01", type=0x8808)
+                 / Raw(bytes([1, 1, 0, 1 << 3]) + bytes(6) + (65535).to_bytes(2, "big") + bytes(8 + 26)))
+        with in_netns(lab):
+            progtest.prog_test_run(dp.prog_fd, bytes(pause), ingress_ifindex=EG[0])
+        assert dp.pfc_paused(SLOT[EG[0]], time.monotonic_ns())
+        q_before = abi.PortQueue()
+        assert dp.maps.lookup("port_queue", ct.c_uint32(SLOT[EG[0]]), q_before)
+        assert handed(26 << 2) == abi.PFC_TC_LOSSLESS
+        q_after = abi.PortQueue()
+        assert dp.maps.lookup("port_queue", ct.c_uint32(SLOT[EG[0]]), q_after)
+        assert q_after.t_free == q_before.t_free          # not on the wire: no virtual queue time
+        pp = dp.pfc_port(IN)
+        newest = pp.t_dep[(pp.head - 1) % abi.PFC_RING]
+        assert newest == abi.PFC_HELD | SLOT[EG[0]]
+        now = time.monotonic_ns()
+        assert dp.pfc_occupancy_of(pp, now, lambda slot: True) >= pp.len[(pp.head - 1) % abi.PFC_RING]
+        assert dp.pfc_occupancy_of(pp, now, lambda slot: False) < dp.pfc_occupancy_of(pp, now, lambda slot: True)
+    finally:
+        dp.set_pfc(on=False)
+        for ifx in (IN, EG[0]):
+            dp.set_pfc_port(ifx, limit_bytes=0, ns_per_quantum=1)
+        dp.tm_del(SW, src="10.9.0.2", dst="10.41.0.1", sport=1, dport=2, proto="udp")

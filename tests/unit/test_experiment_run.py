@@ -156,3 +156,17 @@ def test_fired_events_carry_their_time_and_the_agents_reaction(monkeypatch):
     monkeypatch.setattr(faults, "events", broken)
     assert all(e["reaction_error"] == "agent gone"
                for e in runner._with_reaction(p.spec, clock.fired, [{"fault": "link-down"}], 0))
+
+
+def test_a_deployed_lab_from_another_topology_is_named_not_silently_used():
+    from dataplane.runtime import labspec
+    from dataplane.topology import clab
+
+    root = Path(__file__).resolve().parents[2] / "labs"
+
+    def spec(kind):
+        return labspec.build(clab.read(root / kind / f"{kind}.clab.yml"), kind)
+
+    assert session.topology_difference(spec("rail-optimized"), spec("rail-optimized")) is None
+    text = session.topology_difference(spec("rail-optimized"), spec("clos2"))
+    assert text and text.startswith("nodes missing: ")

@@ -329,3 +329,21 @@ def test_fault_table_says_when_faults_came_late():
     assert "ecmp: faults made up to 0.50 s after their scheduled time (some after the senders" in text
     run["events"][1]["t_ns"] = t0 + 1_850 * MS
     assert "after the senders" not in table.render_text(run, title="t", width=400)
+
+
+def test_pfc_table_shows_pauses_holds_victims_and_the_ports_that_paused():
+    flows = [flow(1, dscp=26), flow(2, cls="mice", dscp=26, payload_bytes=25_000, lost=3),
+             flow(3, cls="mice", dscp=0, payload_bytes=25_000, lost=5)]
+    ports = {f"leaf1:down{i}": {"pause_frames_sent": 10, "paused_ns": 500_000_000} for i in (1, 2, 3, 10)}
+    ports["spine1:down2"] = {"pause_frames_sent": 2, "paused_ns": 100_000_000, "pause_frames_received": 1,
+                             "holds": 1, "held_ns": 250_000_000}
+    run = run_with([1000] * 4, flows, duration_s=1.0, port_model={"pfc_dscp": 26}, pfc_ports=ports)
+    met = m.run_metrics(run)
+    assert met["mice_goodput_bps"] == 50_000 * 8
+    assert met["lossless_lost"] == 3 and met["lossy_lost"] == 5
+    assert met["pause_frames"] == 42 and met["pause_fraction"] == 0.5 and met["held_fraction"] == 0.25
+    assert met["held_ports"] == ["spine1:down2"]
+    text = table.render_text({"name": "hol", "runs": [run]})
+    assert "hol: PFC" in text and "50.0 %" in text and "25.0 %" in text and "400 kb/s" in text
+    assert "leaf1:down1..down10, spine1:down2" in text
+    assert table.build_pfc_table({"name": "no pfc", "runs": [run_with([1000] * 4, flows)]}) is None
