@@ -9,11 +9,14 @@ Flows it does not place keep their group's mode.
 
 The plan (greedy, largest first): a flow's candidate paths are every live (leaf uplink,
 spine downlink) pair from its source leaf to its destination leaf. Each link starts at
-its background load (measured load minus the heavy flows measured on it); flows are taken
-heaviest first, and each goes to the path whose most loaded link, with the flow added, is
-least loaded (relative to the link's speed); a tie, or a gain below HYSTERESIS, keeps the
-path the flow already has (a move can reorder the flow's packets still queued on the old
-path). Announced flows (end-network cooperation, `announce`) are planned the same way
+its background load (measured load minus the heavy flows measured on it) plus the heavy
+flows on their current paths; flows are taken heaviest first, each is lifted off its path
+and goes to the path whose most loaded link, with the flow added, is least loaded
+(relative to the link's speed); a tie, or a gain below HYSTERESIS, keeps the path the flow
+already has (a move can reorder the flow's packets still queued on the old path). Starting
+from where the flows are, not from empty links, keeps two flows that must share a link
+where they are: with empty links a later flow in the order would leave for a link that is
+only empty because its own flow had not been placed yet. Announced flows (end-network cooperation, `announce`) are planned the same way
 before they send, with their announced rate.
 
 Entries expire when their flow ends: no new bytes for EXPIRE_INTERVALS intervals (an
@@ -342,15 +345,30 @@ class Navigator:
         """Greedy, heaviest first (module doc). Installs what changed; returns how many
         flows have a placement."""
         alive = {}
+
+        def live(path) -> bool:
+            ok = alive.get(path)
+            if ok is None:
+                ok = alive[path] = all(self._link_alive(l) for l in path)
+            return ok
+
+        # Every flow starts on the path it has: a flow weighs its path against the others'
+        # current ones, not against links that look empty only because their own flows come
+        # later in the order (else, of two flows that must share a link, whichever comes
+        # later leaves for such a link, and the pair is shuffled round after round).
+        held: dict[Five, Path] = {}
+        for five, rate, pair, current, _ in demands:
+            old = self.placed.get(five)
+            keep = old.path if old is not None else current
+            if keep in self.paths.get(pair, []) and live(keep):
+                held[five] = keep
+                for link in keep:
+                    loads[link] = loads.get(link, 0.0) + rate
         count = 0
         for five, rate, pair, current, grace in sorted(demands, key=lambda d: -d[1]):
-            candidates = []
-            for path in self.paths.get(pair, []):
-                ok = alive.get(path)
-                if ok is None:
-                    ok = alive[path] = all(self._link_alive(l) for l in path)
-                if ok:
-                    candidates.append(path)
+            for link in held.get(five, ()):
+                loads[link] -= rate
+            candidates = [path for path in self.paths.get(pair, []) if live(path)]
             if not candidates:
                 continue
             old = self.placed.get(five)

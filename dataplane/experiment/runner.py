@@ -461,6 +461,7 @@ def run_once(spec: LabSpec, experiment: Experiment, flows: list[wl.Flow], label:
             **stats, "flow_id": flow.flow_id, "cls": flow.cls, "dscp": flow.dscp,
             "src": f"{flow.src_host}:{flow.src_ifname}", "dst": f"{flow.dst_host}:{flow.dst_ifname}",
             "offered_bps": flow.rate_bps, "sent_packets": sent.get(str(flow.flow_id), 0),
+            "wire_bytes": flow.wire_bytes, "schedule_end_s": flow.schedule_end_s,
             "path": [f"{h['switch']}:{h['in']}>{h['out']}" for h in paths[flow.flow_id]["hops"]],
         })
         if cfg.closed_loop:

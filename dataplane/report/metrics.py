@@ -101,6 +101,8 @@ METRIC_KEYS = (
     "messages_incomplete", "lossless_loss_pct", "lossy_loss_pct", "lossless_lost", "lossy_lost",
     "pause_frames", "pause_fraction", "held_fraction", "headroom_drops", "host_pause_frames",
     "host_paused_waits",
+    "leaf_uplink_max_over_mean", "leaf_uplink_min_over_mean", "completion_s", "ideal_completion_s",
+    "completion_over_ideal", "senders_end_s", "achievable_s", "completion_over_achievable",
 )
 TRANSPORT_KEYS = ("retx_packets", "retx_bytes", "naks", "timeouts", "cnps_sent", "cnps_received",
                   "messages_done_pct", "slowdown_avg", "slowdown_p99", "qp_rate_min_max",
@@ -395,7 +397,9 @@ def pfc_metrics(run: dict, d: float) -> dict:
 
 
 def run_metrics(run: dict) -> dict:
-    """All scalar metrics of one run (definitions in the module docstring)."""
+    """All scalar metrics of one run (definitions in the module docstring; a collective's
+    completion and uplink spread in dataplane.report.collective)."""
+    from dataplane.report import collective   # it builds on this module's helpers
     d = duration(run)
     flows = run.get("flows", [])
     ups = uplinks(run)
@@ -455,6 +459,7 @@ def run_metrics(run: dict) -> dict:
         "messages_incomplete": _sum(flows, "messages_incomplete"),
         **fault_metrics(run),
         **transport_metrics(run),
+        **collective.collective_metrics(run),
     }
 
 

@@ -157,6 +157,11 @@ class FlowStats:
             "messages_incomplete": self.msgs_incomplete,
             "completion_ns": self.completion_summary(),
             "max_gap_us": self.max_gap_ns / 1000,
+            # CLOCK_MONOTONIC, as the run's t0_ns: when a collective's last byte arrived
+            "first_rx_ns": self.first_rx_ns, "last_rx_ns": self.last_rx_ns,
+            # the send time (railab header) of the latest packet that arrived: when its
+            # sender, late or not, had sent everything (0 when nothing arrived)
+            "last_send_ns": max(self.send_ns.values(), default=0),
             **timing_dict(self.timing),
         }
 

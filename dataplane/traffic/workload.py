@@ -27,6 +27,8 @@ Patterns (``pattern.type``):
                   ``pxn: true``: then from the source host's NIC on the destination's rail.
   cross-rail      GPU i of host a -> GPU (i + shift) % R of host (a + 1) % H.
   flows           an explicit list: ``{src: h1:eth0, dst: h2:eth1, class: mice, rate: ...}``.
+``pattern.messages: N`` caps every flow at N messages (a collective's fixed transfer: with
+the duration past the last one's end, every message is sent whole).
 """
 from __future__ import annotations
 
@@ -141,6 +143,8 @@ _pattern = {"type": "object", "required": ["type"], "additionalProperties": Fals
                 "pxn": {"type": "boolean"},
                 "shift": {"type": "integer", "minimum": 1},
                 "flows": {"type": "array", "minItems": 1, "items": _flow},
+                # a collective's fixed transfer: every flow posts at most this many messages
+                "messages": {"type": "integer", "minimum": 1},
             }}
 
 SCHEMA: dict[str, Any] = {
@@ -281,6 +285,15 @@ class Flow:
     @property
     def total_packets(self) -> int:
         return sum(len(roce.segment_message(m.size, self.mtu)) for m in self.messages)
+
+    @property
+    def schedule_end_s(self) -> float:
+        """When the flow's own pacing lets its last frame leave (seconds from the start):
+        the last message's start plus its frames at the flow's rate. 0 without messages."""
+        if not self.messages or self.rate_bps <= 0:
+            return 0.0
+        last = self.messages[-1]
+        return last.start_ns / 1e9 + _wire_bits(last.size, self.mtu) / self.rate_bps
 
 
 @dataclass(frozen=True)
@@ -638,7 +651,8 @@ def generate(wl: Workload, hosts: Sequence[Any] | None = None) -> list[Flow]:
             opcode = spec.get("opcode", cspec.opcode)
             arrival = spec.get("arrival", cspec.arrival)
             bps = pair_bps * share
-            msgs = _messages(rng, dist, arrival, bps, wl.mtu, t0, t1, spec.get("messages"))
+            msgs = _messages(rng, dist, arrival, bps, wl.mtu, t0, t1,
+                             spec.get("messages", wl.pattern.get("messages")))
             # RoCEv2 UDP source port: entropy for ECMP, unique per source IP.
             used = used_ports.setdefault(p.src_nic.ip, set())
             port = SRC_PORT_MIN + rng.randrange(SRC_PORT_MAX - SRC_PORT_MIN + 1)

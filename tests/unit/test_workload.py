@@ -240,3 +240,20 @@ def test_flows_by_sender(wfile):
     g = flows_by_sender(fl)
     assert len(g) == 6 and sum(len(v) for v in g.values()) == len(fl)
     assert all(f.src_host == h and f.src_ifname == i for (h, i), v in g.items() for f in v)
+
+
+def test_pattern_messages_caps_every_flow_and_its_schedule_end():
+    """A collective's fixed transfer: pattern.messages caps each flow; schedule_end_s is
+    the last message's start plus its frames at the flow's rate."""
+    hs = hosts(4, 2)
+    doc = {"type": "all-to-all", "messages": 3}
+    fl = generate(_wl(doc, mix={"elephant": 1}, duration="10s"), hs)
+    assert fl and all(len(f.messages) == 3 for f in fl)
+    for f in fl:
+        last = f.messages[-1]
+        bits = (last.size + len(roce.segment_message(last.size, f.mtu)) * roce.frame_len(0) + 3) * 8
+        assert f.schedule_end_s == pytest.approx(last.start_ns / 1e9 + bits / f.rate_bps)
+    uncapped = generate(_wl({"type": "all-to-all"}, mix={"elephant": 1}, duration="10s"), hs)
+    assert all(len(f.messages) > 3 for f in uncapped)
+    with pytest.raises(WorkloadError, match="messages"):
+        load_dict({"pattern": {"type": "ring-allreduce", "messages": 0}})
