@@ -67,6 +67,16 @@ def _ports(prev: dict, cur: dict, dt: float) -> tuple[dict, dict]:
     return views, switches
 
 
+def _direction(sender, receiver) -> tuple[float, float]:
+    """(b/s, port speed) of one link direction: at the sender's tx if it is a switch
+    port, else at the receiver's rx (a host end has no view)."""
+    if sender is not None:
+        return sender[0], sender[2]
+    if receiver is not None:
+        return receiver[1], receiver[2]
+    return 0, 0
+
+
 def frame(ends: list[tuple[str, str, str, str]], prev: dict, cur: dict, *, stamp: float, dt: float,
           faults: dict | None = None) -> dict:
     """One update: per link (plan order) [down util, up util, down b/s, up b/s, state];
@@ -81,18 +91,8 @@ def frame(ends: list[tuple[str, str, str, str]], prev: dict, cur: dict, *, stamp
     out_links = []
     for a_node, a_port, b_node, b_port in ends:
         va, vb = views.get(a_node, none).get(a_port), views.get(b_node, none).get(b_port)
-        if va is not None:
-            down_bps, down_speed = va[0], va[2]
-        elif vb is not None:
-            down_bps, down_speed = vb[1], vb[2]
-        else:
-            down_bps = down_speed = 0
-        if vb is not None:
-            up_bps, up_speed = vb[0], vb[2]
-        elif va is not None:
-            up_bps, up_speed = va[1], va[2]
-        else:
-            up_bps = up_speed = 0
+        down_bps, down_speed = _direction(va, vb)
+        up_bps, up_speed = _direction(vb, va)
         states = (va[3] if va is not None else UP, vb[3] if vb is not None else UP)
         state = DOWN if DOWN in states else PAUSED if PAUSED in states else UP
         out_links.append([round(down_bps / down_speed, 4) if down_speed else 0.0,
