@@ -141,22 +141,30 @@ class NamespaceQueues:
         return params
 
     def _shape_classes(self, ifindex: int, params: ShaperParams) -> None:
+        try:      # the classes are there (a new speed, say): change them, queued frames stay
+            self._set_classes(ifindex, params, "change")
+            return
+        except NetlinkError:
+            pass
         with contextlib.suppress(NetlinkError):       # a tbf root cannot become an HTB in place
             self._ipr.tc("del", index=ifindex, parent=TC_H_ROOT)
-        rate, burst = f"{params.rate_bps}bit", params.burst_bytes
         self._ipr.tc("add", "htb", ifindex, SHAPER_HANDLE, default=OTHER_CLASS & 0xFFFF)
-        self._ipr.tc("add-class", "htb", ifindex, PORT_CLASS, parent=SHAPER_HANDLE,
+        self._set_classes(ifindex, params, "add")
+
+    def _set_classes(self, ifindex: int, params: ShaperParams, verb: str) -> None:
+        rate, burst = f"{params.rate_bps}bit", params.burst_bytes
+        self._ipr.tc(f"{verb}-class", "htb", ifindex, PORT_CLASS, parent=SHAPER_HANDLE,
                      rate=rate, ceil=rate, burst=burst, cburst=burst)
         # CNPs get a tenth guaranteed and the first turn at what is left over (HTB prio 0):
         # a CNP is not stuck behind data, as in a switch's strict-priority CNP queue
         shares = {CNP_CLASS: (params.rate_bps // 10, 0), LOSSLESS_CLASS: (params.rate_bps * 9 // 20, 1),
                   OTHER_CLASS: (params.rate_bps * 9 // 20, 1)}
         for cls, (share, prio) in shares.items():
-            self._ipr.tc("add-class", "htb", ifindex, cls, parent=PORT_CLASS, rate=f"{max(share, 8)}bit",
+            self._ipr.tc(f"{verb}-class", "htb", ifindex, cls, parent=PORT_CLASS, rate=f"{max(share, 8)}bit",
                          ceil=rate, burst=burst, cburst=burst, prio=prio)
         for cls, leaf in ((OTHER_CLASS, 0x200000), (CNP_CLASS, 0x300000)):     # "20:", "30:"
-            self._ipr.tc("add", "bfifo", ifindex, leaf, parent=cls, limit=params.limit_bytes)
-        self._set_lossless(ifindex, params, held=False, verb="add")
+            self._ipr.tc(verb, "bfifo", ifindex, leaf, parent=cls, limit=params.limit_bytes)
+        self._set_lossless(ifindex, params, held=False, verb=verb)
 
     def _set_lossless(self, ifindex: int, params: ShaperParams, held: bool, verb: str = "change") -> None:
         rate = hold_bps(params.burst_bytes) if held else params.rate_bps

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import os
+import time
 
 import pytest
 
 from dataplane import progtest
 from dataplane.bpfio import DataplaneError, attach_xdp, attached_xdp, detach_xdp
 
-from .conftest import link_index, link_mac, sh
+from .conftest import add_veths, link_index, link_mac, sh
 
 SWID = 7
 P1, P2 = 42001, 42002          # lab-unique switch-port ifindexes
@@ -148,3 +149,42 @@ def test_pin_and_reopen(dp, pin_dir):
     os.close(fd)
     with pytest.raises(DataplaneError):
         dp.pin(pin_dir)            # refuses to overwrite
+
+
+def test_pfc_classes_hold_release_and_a_new_speed_keeps_what_is_queued(module_netns):
+    """The PFC shaper of a port (dataplane.realqueue): frames of the lossless class wait
+    while it is held, a new port speed changes the classes without losing them, and the
+    release sends them."""
+    import socket
+
+    from dataplane.netns_util import in_netns
+    from dataplane.realqueue import LOSSLESS_CLASS, NamespaceQueues
+
+    ns = module_netns("pfcq")
+    add_veths(ns, [301])
+    sh(["ip", "-n", ns, "link", "set", "p301", "up"])
+    sh(["ip", "-n", ns, "link", "set", "q301", "up"])
+    with NamespaceQueues(ns) as queues:
+        params = queues.shape(301, 1_000_000, 65536, classes=True)
+        queues.hold(301, params, True)
+        with in_netns(ns):
+            s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW)
+            s.bind(("p301", 0))
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_PRIORITY, LOSSLESS_CLASS)
+        frame = bytes.fromhex("ffffffffffff020000000001") + b"\x08\x00" + bytes(986)
+        for _ in range(6):
+            s.send(frame)
+        s.close()
+
+        def backlog() -> int:
+            return queues.stats()[301]["backlog_packets"]
+
+        assert backlog() >= 5                              # held: one frame may go as it starts
+        params = queues.shape(301, 2_000_000, 65536, classes=True)   # a new speed (degrade)
+        assert backlog() >= 5, "a speed change dropped the held frames"
+        queues.hold(301, params, False)
+        deadline = time.monotonic() + 5
+        while backlog() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert backlog() == 0
+        assert queues.stats()[301]["drops"] == 0
