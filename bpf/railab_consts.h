@@ -88,6 +88,7 @@
 #define DOWN_MASK_BITS 64        /* group.down_mask / route_val.avoid_mask cover members 0..63 */
 #define LB_SCAN_MAX  4           /* load-aware modes compare at most this many members */
 #define UTIL_ONE     1024        /* port_queue.util fixed point: 1024 = 100% */
+#define LB_LOAD_BANDS 4          /* load-aware picks grade ports in quarters of a window */
 #define ECN_P_ONE    65536       /* port_queue.ecn_pmax fixed point: 65536 = probability 1 */
 
 /* ---- hash field selection flags (struct group.hash_fields / switch_cfg.hash_fields) ---- */

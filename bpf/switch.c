@@ -252,8 +252,8 @@ static __always_inline int handle_arp(struct xdp_md *ctx, struct hdr_cursor *nh,
     return rl_exit(ctx, bpf_redirect(ifindex, 0));
 }
 
-/* Least-loaded member among LB_SCAN_MAX consecutive members (mod n) from a random one
- * (so ties, e.g. an idle fabric, spread): all of them when n <= LB_SCAN_MAX. The
+/* Least-loaded member among LB_SCAN_MAX consecutive members (mod n) from the caller's
+ * `pick` (so ties, e.g. an idle fabric, spread): all of them when n <= LB_SCAN_MAX. The
  * comparison is branch-free: with branches the verifier's paths multiply per candidate. */
 static __always_inline void lb_consider(struct group *grp, __u32 j, __u64 now, __u64 dead,
                                         __u32 *best, __u64 *best_load)
@@ -273,9 +273,10 @@ static __always_inline void lb_consider(struct group *grp, __u32 j, __u64 now, _
     *best = (__u32)((j & lt) | (*best & ~lt));
 }
 
-static __always_inline __u32 lb_least_loaded(struct group *grp, __u32 n, __u64 now, __u64 dead)
+static __always_inline __u32 lb_least_loaded(struct group *grp, __u32 n, __u64 now, __u64 dead,
+                                             __u32 pick)
 {
-    __u32 start = rl_reduce(bpf_get_prandom_u32(), n);
+    __u32 start = rl_reduce(pick, n);
     __u32 best = start;
     __u64 best_load = 0x7fffffffffffffffULL;
 
@@ -318,7 +319,10 @@ static __always_inline __u32 lb_flowlet(struct group *grp, __u32 gid, __u32 n, _
         }
         nf.flowlets = fl->flowlets + 1;
     }
-    nf.member = lb_least_loaded(grp, n, now, dead);
+    /* the scan starts where the flow's hash and its flowlet's number say, not at random:
+     * the same flows with the same hash seed make the same choices on every run and at
+     * every time scale, and different flows (or a flow's next flowlet) still start apart */
+    nf.member = lb_least_loaded(grp, n, now, dead, rl_fmix(hash ^ (nf.flowlets * 0x9e3779b9U)));
     if (lb_is_dead(dead, nf.member))
         nf.member = lb_repick(live, bpf_get_prandom_u32());
     nf.last_ns = now;
@@ -352,7 +356,7 @@ static __always_inline __u32 lb_pick(struct group *grp, __u32 gid, __u32 n, cons
             return rl_reduce(*h, n);
         if (mode == LB_MODE_SPRAY_RR)   /* one shared counter: per-CPU counters would break RR */
             return rl_mod(__sync_fetch_and_add(&grp->rr, 1), n);
-        return lb_least_loaded(grp, n, rl_now(nowp), dead);
+        return lb_least_loaded(grp, n, rl_now(nowp), dead, *h);
     }
     *h = fields == pre_fields ? pre_hash : flow_hash(f, fields, seed, ingress_ifindex);
     if (mode == LB_MODE_WCMP && grp->n_wslots)

@@ -94,6 +94,7 @@ WCMP_SLOTS = 64
 DOWN_MASK_BITS = 64
 LB_SCAN_MAX = 4
 UTIL_ONE = 1024
+LB_LOAD_BANDS = 4            # load-aware picks grade ports in bands of 1/4 window (bpf/lb.h)
 
 # ---- PFC (bpf/pfc.h) ----
 PFC_RING = 64

@@ -348,6 +348,14 @@ class SwitchDataplane:
         return n
 
     # ------------------------------------------------------------------ switch reset
+    def forget_flowlets(self, gids) -> int:
+        """Drop the flowlet entries of these groups (their flows start new flowlets)."""
+        gset, flows = set(gids), 0
+        for k in self.maps.keys("flowlets"):
+            if k.group_id in gset and self.maps.delete("flowlets", k):
+                flows += 1
+        return flows
+
     def reset_switch_state(self, switch_id: int) -> dict:
         """Forget a switch's run-time state, as a reboot would: flowlets of its groups,
         round-robin counters, emulated queues (re-applied port model), route avoid masks,
@@ -357,10 +365,7 @@ class SwitchDataplane:
         pset = set(ports)
         gids = [gid for gid, g in self._groups.items() if any(ifx in pset for ifx, _ in g.members)]
         gset = set(gids)
-        flows = 0
-        for k in self.maps.keys("flowlets"):
-            if k.group_id in gset and self.maps.delete("flowlets", k):
-                flows += 1
+        flows = self.forget_flowlets(gset)
         for gid in gids:
             g = self._groups[gid]
             self._write_header(gid, g)          # rr = 0, down_mask from the ports

@@ -428,6 +428,11 @@ class SwitchProgrammer:
                 self._write_lb_times(gid, flowlet_timeout_us=flowlet_timeout_us,
                                      busy_timeout_us=busy_timeout_us)
                 changed.append(gid)
+        if mode is not None:
+            # a mode set starts balancing afresh: no flowlet (and its count, which seeds
+            # the next flowlet's choice) carries over from the mode before, so a run
+            # repeats the choices of the run before it with the same flows
+            self.dp.forget_flowlets(changed)
         return {"switches": [n.name for n in nodes], "groups": changed}
 
     def _set_lbn(self, node, values: dict[str, int], strict: bool = True) -> None:

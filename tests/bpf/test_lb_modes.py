@@ -202,6 +202,21 @@ def test_flowlet_idle_fabric_keeps_flow(dp, lab, mode):
     assert len(seen) == 1
 
 
+def test_flowlet_choices_repeat_after_a_mode_set(dp, lab, mode):
+    # an idle fabric ties every member: the scan starts where the flow's hash says, so 40
+    # flows spread over the members, and forgetting the flowlets (as the agent does when
+    # it sets a mode) gives every flow the same member again: a run can be repeated
+    def choices():
+        mode("flowlet", group=G, flowlet_timeout_us=500_000)
+        model_all(dp)
+        dp.forget_flowlets([G])
+        return [egress_of(run(dp, lab, udp(sport=7000 + i))) for i in range(40)]
+
+    first = choices()
+    assert set(first) == set(EG), "idle members tie: first flowlets spread over all of them"
+    assert choices() == first
+
+
 def test_flowlet_busy_member_uses_short_timeout(dp, lab, mode):
     mode("flowlet", group=G2, flowlet_timeout_us=1_000_000, busy_util=0.5, busy_timeout_us=5_000)
     model_all(dp, window_us=100_000)   # utilisation stays current across the 10 ms sleeps
