@@ -688,6 +688,15 @@ class SwitchDataplane:
             return None
         return pp
 
+    def pfc_ports(self, ifindexes) -> dict[int, "abi.PfcPort"]:
+        """The raw PFC accounts of many ports in one batch lookup (the agent's PFC thread
+        reads every port's account every poll: one system call, not one a port)."""
+        slots = {ifx: self.port_info(ifx).slot for ifx in ifindexes}
+        if not slots:
+            return {}
+        accounts = self.maps.array_values("pfc_port", max(slots.values()) + 1, abi.PfcPort)
+        return {ifx: accounts[slot] for ifx, slot in slots.items()}
+
     @staticmethod
     def pfc_occupancy_of(pp: "abi.PfcPort", now: int, still_held) -> int:
         """Lossless bytes of an ingress account still waiting in egress queues at `now`:

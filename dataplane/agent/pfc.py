@@ -62,6 +62,7 @@ class PfcSender:
         self.p = programmer
         self.cfg = dict(cfg)
         self.ports = [(n, i) for n in programmer.spec.switches for i in n.interfaces]
+        self.ifindexes = [i.ifindex for _, i in self.ports]
         self.state = {i.ifindex: PortPause() for _, i in self.ports}
         self.holds = {i.ifindex: PortHold() for _, i in self.ports}
         self.slots = {i.ifindex: programmer.dp.port_info(i.ifindex).slot for _, i in self.ports}
@@ -114,7 +115,7 @@ class PfcSender:
     def step(self, now: int) -> None:
         xoff, xon, prio = self.cfg["xoff_bytes"], self.cfg["xon_bytes"], self.cfg["priority"]
         dp = self.p.dp
-        accounts = {i.ifindex: dp.pfc_port(i.ifindex) for _, i in self.ports}
+        accounts = dp.pfc_ports(self.ifindexes)
         paused = {self.slots[ifindex]: pp is not None and pp.pause_until[prio] > now
                   for ifindex, pp in accounts.items()}
         for node, iface in self.ports:

@@ -453,6 +453,10 @@ def test_pfc_classes_and_a_paused_egress_holds_lossless_frames_in_the_ingress_ac
         assert dp.maps.lookup("port_queue", ct.c_uint32(SLOT[EG[0]]), q_after)
         assert q_after.t_free == q_before.t_free          # not on the wire: no virtual queue time
         pp = dp.pfc_port(IN)
+        # the agent's PFC thread reads every account in one batch: the same bytes
+        batch = dp.pfc_ports([IN, EG[0]])
+        assert bytes(batch[IN]) == bytes(pp) and pp.head > 0
+        assert bytes(batch[EG[0]]) == bytes(dp.pfc_port(EG[0]))
         newest = pp.t_dep[(pp.head - 1) % abi.PFC_RING]
         assert newest == abi.PFC_HELD | SLOT[EG[0]]
         now = time.monotonic_ns()
