@@ -32,6 +32,7 @@ from dataplane.traffic.transport import DcqcnParams
 
 CLOSED_LOOP_LIMIT_S = 20.0  # a reliable sender gets this long after the run to finish its messages
 RECEIVER_GRACE_S = 0.4     # for the receivers to read what the last hop delivered
+GO_LEAD_S = 0.05          # senders are told to start this far ahead: all hosts are awake by then
 DRAIN_POLL_S = 0.02
 DRAIN_LIMIT_S = 30.0       # a queue still full after this is stuck, not draining
 
@@ -250,9 +251,10 @@ class _RunClock(threading.Thread):
             if (c := snap.port(switch, port)) is not None:
                 self.uplink_queues.setdefault(f"{switch}:{port}", []).append(c.waiting_bytes)
 
-    def mark_start(self) -> float:
-        """The common start: the delivered bytes now count as t = 0. Returns its time."""
-        self.t0 = time.monotonic()
+    def mark_start(self, at: float | None = None) -> float:
+        """The common start (now, or `at`, a time.monotonic() just ahead): the delivered
+        bytes now count as t = 0. Returns its time."""
+        self.t0 = time.monotonic() if at is None else at
         self._sample()
         self.samples[-1] = (0.0, self.samples[-1][1])
         self.uplink_samples[-1]["t"] = 0.0
@@ -401,9 +403,11 @@ def run_once(spec: LabSpec, experiment: Experiment, flows: list[wl.Flow], label:
                 err = procs[host].sender.stderr.read().strip().splitlines()
                 raise RuntimeError(f"sender in {host} failed: {err[-1] if err else line}")
         clock = _RunClock(spec, fabric, experiment.events, experiment.sample_s)
-        started = clock.mark_start()
+        # one start time for every host, a little ahead, so that all are awake by then:
+        # the flows' relative phases are the experiment's, not the order hosts woke up in
+        started = clock.mark_start(at=time.monotonic() + GO_LEAD_S)
         for host in senders:
-            procs[host].sender.stdin.write("go\n")
+            procs[host].sender.stdin.write(f"go {int(started * 1e9)}\n")
             procs[host].sender.stdin.close()
         clock.start()
         sent: dict[str, int] = {}

@@ -74,6 +74,15 @@ def pause_gate(plan: dict, listener: pfc.PauseListener):
     return lambda dscp, now: listener.paused_until(pfc.dscp_priority(dscp, priorities), now)
 
 
+def read_go() -> int | None:
+    """The runner's "go [start_ns]": when to start (CLOCK_MONOTONIC ns, shared by every
+    namespace; 0 = now), or None if it said something else."""
+    words = sys.stdin.readline().split()
+    if not words or words[0] != "go" or len(words) > 2 or (len(words) == 2 and not words[1].isdigit()):
+        return None
+    return int(words[1]) if len(words) == 2 else 0
+
+
 def _run_closed_loop(args, plan: dict, sockets: dict, prepared: dict, cfg: TransportConfig) -> int:
     """The reliable sender (every QP of every port in one loop), honouring PFC like the
     open-loop sender: the same listeners and gates, no burst after a pause."""
@@ -81,14 +90,15 @@ def _run_closed_loop(args, plan: dict, sockets: dict, prepared: dict, cfg: Trans
         feedback = [reliable.open_feedback_socket(port) for port in sockets]
     queued = reliable.packets_of(prepared)
     print("ready", flush=True)
-    if sys.stdin.readline().strip() != "go":
+    start_ns = read_go()
+    if start_ns is None:
         return 1
     listeners = pause_listeners(plan, sockets, args.netns)
     try:
         rep = reliable.run(sockets, feedback, queued, cfg, plan["line_bps"], plan.get("scale"),
                            args.duration, plan.get("limit_s", 30.0), plan.get("sample_s", 0.1),
                            pause={port: pause_gate(plan, lst) for port, lst in listeners.items()},
-                           listeners=list(listeners.values()),
+                           listeners=list(listeners.values()), start_ns=start_ns,
                            **({"burst_packets": 1} if listeners else {}))
         for port, listener in listeners.items():
             rep["ports"][port]["pfc"] = listener.report()
@@ -103,8 +113,8 @@ def _run_closed_loop(args, plan: dict, sockets: dict, prepared: dict, cfg: Trans
 
 
 def run_send(args) -> int:
-    # Line 1: the plan. Then "ready" out, and the sending starts at "go" in, so that
-    # all hosts start together whatever their start-up time.
+    # Line 1: the plan. Then "ready" out, and the sending starts at the time "go" names,
+    # so that all hosts start together whatever their start-up and wake-up times.
     plan = json.loads(sys.stdin.readline())
     by_port: dict[str, list[Flow]] = {}
     for item in plan["flows"]:
@@ -121,7 +131,8 @@ def run_send(args) -> int:
     if cfg is not None and cfg.closed_loop:
         return _run_closed_loop(args, plan, sockets, prepared, cfg)
     print("ready", flush=True)
-    if sys.stdin.readline().strip() != "go":
+    start_ns = read_go()
+    if start_ns is None:
         return 1
 
     listeners = pause_listeners(plan, by_port, args.netns)
@@ -134,7 +145,8 @@ def run_send(args) -> int:
             # under PFC a flow must not make up for a pause with a burst above its rate: a
             # NIC cannot send faster than its link, and the burst would overrun the headroom
             pacing = {"burst": 1, "burst_ns": 0} if listener else {}
-            rep = tx.send_flows(sock, prepared[port], duration_s=args.duration, pause=pause, **pacing)
+            rep = tx.send_flows(sock, prepared[port], duration_s=args.duration, pause=pause,
+                                start_ns=start_ns, **pacing)
             reports[port] = rep.to_dict()
             if listener:
                 reports[port]["pfc"] = listener.report()

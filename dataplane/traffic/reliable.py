@@ -99,16 +99,19 @@ def run(tx: dict[str, socket.socket], rx: list[socket.socket], queued: list[tupl
         cfg: tp.TransportConfig, line_bps: dict[str, float], scale: float | None,
         duration_s: float, limit_s: float, sample_s: float = 0.1,
         pause: dict[str, Callable[[int, int], int]] | None = None, listeners: list = (),
-        burst_packets: int = BURST_PACKETS) -> dict:
+        burst_packets: int = BURST_PACKETS, start_ns: int | None = None) -> dict:
     """Send every QP's messages (packets_of()) reliably; return per-flow packets and
     transport stats. Stops when every QP is acknowledged, or `limit_s` after
     `duration_s` (what is left then is reported incomplete). pause: per port, the PFC
     gate (module doc); listeners: the pause listeners behind the gates (dataplane.pfc
     .PauseListener), read every round so that a pause frame ends a wait;
     burst_packets: pacing credit after a scheduling delay (1 under PFC: a NIC cannot
-    make up for a pause above its line rate)."""
+    make up for a pause above its line rate); start_ns: the common start of all hosts
+    (CLOCK_MONOTONIC ns), waited for."""
     now_ns = time.monotonic_ns
-    start = now_ns()
+    if start_ns and start_ns > now_ns():
+        time.sleep((start_ns - now_ns()) / 1e9)
+    start = start_ns or now_ns()
     qps: list[_Qp] = []
     by_key: dict[tuple[str, int], _Qp] = {}
     for port, flow, psn0, pkts in queued:

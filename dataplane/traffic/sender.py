@@ -395,7 +395,8 @@ def send_flows(sock: socket.socket, flows: Sequence | PreparedFlows, *,
                src_mac: str | None = None, duration_s: float | None = None,
                burst: int = 8, burst_ns: int = 20_000_000, spin_ns: int = 30_000,
                stop: Callable[[], bool] | None = None,
-               pause: Callable[[int, int], int] | None = None) -> SendReport:
+               pause: Callable[[int, int], int] | None = None,
+               start_ns: int | None = None) -> SendReport:
     """Send workload `flows` (all leaving the interface `sock` is bound to), each paced
     at its own rate_bps and starting its messages no earlier than their start times
     (relative to the call). One GCRA bucket per flow, a heap picks the flow due next.
@@ -404,12 +405,15 @@ def send_flows(sock: socket.socket, flows: Sequence | PreparedFlows, *,
     watchdog drops its priority (the packet is counted in errors, not sent), else until
     when its priority is paused (the flow waits, at most PAUSE_RECHECK_NS before looking
     again: an XON may end the pause early); other flows go on.
+    start_ns: the common start (CLOCK_MONOTONIC ns, the same in every namespace) that
+    flow start times count from, instead of the call: hosts told to start together keep
+    their flows' phases in real-fabric terms at any time scale.
     Returns the report with per-flow packet counts (give them to Receiver.finish)."""
     if not isinstance(flows, PreparedFlows):
         flows = prepare_flows(flows, src_mac or socket_mac(sock), dst_mac)
     prepared, flows = flows, flows.flows
     now_ns = time.monotonic_ns
-    start = now_ns()
+    start = start_ns or now_ns()
     end = start + int(duration_s * 1e9) if duration_s else None
     heap: list[tuple[int, int]] = []
     state = []

@@ -29,6 +29,11 @@ from .conftest import shipped
 SCALES = (1e-5, 2.5e-6)        # 400G ports at 4 Mb/s and at 1 Mb/s
 NOMINAL_BPS = 400e9
 STAGGER_US, DURATION_US = 2.5, 30.0            # real-fabric microseconds
+WINDOW_US = 0.25         # utilisation window: 10 windows per stagger, ~7 frames in each
+# Each elephant at 5/8 of a port: in the middle of flowlet's third load band (1/2-3/4 of
+# a window, bpf/lb.h), so an uplink with one elephant grades alike wherever its
+# utilisation estimate wobbles, apart from an idle one (band 0) and a doubled one (4+)
+LOAD = 0.625
 HOSTS = [f"srv{i}" for i in range(1, 9)]
 # (metric, absolute floor): values within 10 % of each other, or this close
 BALANCE = ("leaf_uplink_max_mean", "uplink_max_mean")
@@ -37,19 +42,17 @@ PRINTED = ("loss_pct", "reorder_pct", "pause_fraction")
 
 def experiment(scale: float, out) -> dict:
     wall = lambda us: us * 1e-6 / scale      # noqa: E731 -- real-fabric us -> wall seconds
-    rate = 0.6 * NOMINAL_BPS * scale
+    rate = LOAD * NOMINAL_BPS * scale
     flows = [{"src": f"{HOSTS[i]}:nic0", "dst": f"{HOSTS[(i + 1) % 8]}:nic1", "class": "elephant",
               "rate": f"{rate:.0f}bps", "start": f"{wall(i * STAGGER_US):.4f}s"} for i in range(8)]
     return {
         "name": f"timescale-{scale:g}",
         "lab": str(shipped("rail-optimized")),
         "duration": f"{wall(DURATION_US):.4f}s",
-        # window 1 real us: flowlet's load signal settles within one stagger (2.5 us) and
-        # averages ~27 frames per window, so two loaded uplinks grade alike (bpf/lb.h bands)
-        "port_model": {"scale": scale, "buffer_bytes": 65536, "ecn_bytes": -1, "window_us": 1.0},
+        "port_model": {"scale": scale, "buffer_bytes": 65536, "ecn_bytes": -1, "window_us": WINDOW_US},
         "modes": ["ecmp", "flowlet", "spray-rr",
                   {"mode": "ecmp", "label": "ecmp pfc",
-                   "port_model": {"queue": "real", "pfc": "on", "xoff_bytes": 8192, "xon_bytes": 4096,
+                   "port_model": {"queue": "real", "pfc": "on", "xoff_bytes": 24576, "xon_bytes": 16384,
                                   "headroom_bytes": 32768}}],
         "workload": {"seed": 7, "mtu": 1024, "mix": {"elephant": 1.0, "mice": 0.0, "protocol": 0.0},
                      "classes": {"elephant": {"size": "64KiB", "opcode": "write", "arrival": "paced",

@@ -102,6 +102,33 @@ def test_unpaced_beats_highest_tested_rate(vpair):
     assert (r1 - r0) / rep.elapsed_s > 105_000
 
 
+def test_flows_wait_for_the_common_start(vpair):
+    # the runner names one start time for every host: nothing leaves before it
+    hosts = [{"name": "a", "nics": [{"ifname": vpair["tx_if"], "ip": "10.77.0.1"}]},
+             {"name": "b", "nics": [{"ifname": vpair["rx_if"], "ip": "10.77.0.2"}]}]
+    wl = load_dict({"seed": 3, "duration": "200ms", "rate": "20Mbps", "mix": {"elephant": 1.0, "mice": 0, "protocol": 0},
+                    "pattern": {"type": "flows", "flows": [{"src": "a:0", "dst": "b:0"}]}}, "start.yaml")
+    flows = generate(wl, hosts)
+    sock = sender.open_tx_socket(vpair["tx_if"], vpair["tx_ns"])
+    reports = []
+    try:
+        r0 = rx_packets(vpair["rx_ns"], vpair["rx_if"])
+        start = time.monotonic_ns() + 600_000_000
+        th = threading.Thread(target=lambda: reports.append(sender.send_flows(
+            sock, flows, dst_mac=peer_mac(vpair["rx_ns"], vpair["rx_if"]), duration_s=0.2, start_ns=start)))
+        th.start()
+        time.sleep(max(start - time.monotonic_ns() - 300_000_000, 0) / 1e9)
+        before_start = rx_packets(vpair["rx_ns"], vpair["rx_if"]) - r0
+        th.join()
+        finished = time.monotonic_ns()
+        sent = rx_packets(vpair["rx_ns"], vpair["rx_if"]) - r0
+    finally:
+        sock.close()
+    assert before_start == 0
+    assert 0 < reports[0].packets <= sent     # (the kernel may add a frame of its own)
+    assert finished >= start + 150_000_000      # it ran its 200 ms from the start, not from the call
+
+
 def _capture_in(ns, ifn, stop, responder=None):
     """Capture thread in netns `ns` until stop() (a threading.Event.is_set)."""
     with sender.netns(ns):
