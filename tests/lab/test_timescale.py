@@ -1,20 +1,20 @@
 """One clock: the same experiment at two port-model scales a factor of 4 apart gives the
-same load balance (uplink max/mean, per sending leaf and fabric-wide) within 10 % for
-ECMP, spray-rr and ECMP with PFC, and the same zero loss where there is none.
-
-Loss %, reorder % and pause fraction are printed, not asserted: measured at these two
-scales they differ by 1-30 % between runs (README, "One clock"), because the Python
-senders' and the agent's reaction times are wall-clock times that the scale does not
-stretch. Flowlet is left out: its first pick samples 4 of the 8 uplinks from a random
-start, so two runs differ at any one scale.
+same dimensionless results -- loss %, reorder %, uplink max/mean (per sending leaf and
+fabric-wide) and pause fraction -- within 10 % for ECMP, flowlet, spray-rr and ECMP with
+PFC. Values near zero are compared with an absolute margin instead (RELATIVE_FLOOR): 10 %
+of 0.02 % reordering is not something two runs on a shared 2-core machine can agree on.
 
 The experiment is written in real-fabric terms and turned into wall-clock values for each
-scale: 8 elephants from rail 0's leaf (8 uplinks) across the rails, each at 60 % of a
+scale: 8 elephants from rail 0's leaf (8 uplinks) across the rails, each at 5/8 of a
 port, starting 2.5 real-fabric us apart (so flowlet's least-loaded choice sees the earlier
-ones), running 30 real us; buffers and thresholds are real bytes. ECMP hashes the same
-flows onto the same uplinks at both scales (one lab, the same hash seeds): the colliding
-pairs lose the same share. With PFC on, the ports the collisions overload pause for the
-same share of the run.
+ones), running 30 real us; buffers and thresholds are real bytes. What makes the two
+scales agree (README, "One clock"):
+- one lab, so ECMP hashes the same flows onto the same uplinks at both scales;
+- flowlet's scan starts where the flow's hash says and grades loads in bands, so it makes
+  the same choices at both scales;
+- every host starts at one time the runner names, so the flows' phases (which flow's
+  frame a full buffer drops) are the same in real-fabric terms;
+- PFC's XON leaves room for the hosts' reaction time, so a paused port never runs dry.
 """
 from __future__ import annotations
 
@@ -26,18 +26,22 @@ from dataplane.experiment import spec as experiment_spec
 
 from .conftest import shipped
 
-SCALES = (1e-5, 2.5e-6)        # 400G ports at 4 Mb/s and at 1 Mb/s
+SCALES = (5e-6, 1.25e-6)       # 400G ports at 2 Mb/s (the demo's) and at 500 kb/s
 NOMINAL_BPS = 400e9
 STAGGER_US, DURATION_US = 2.5, 30.0            # real-fabric microseconds
-WINDOW_US = 0.25         # utilisation window: 10 windows per stagger, ~7 frames in each
+# utilisation window: ~27 frames of an elephant in each (a steady estimate); an uplink
+# reads as loaded one window after its elephant starts, long before the next one starts;
+# a host stalled for less than 4 windows (0.4 s of wall time at the faster scale) does
+# not make its uplink read as idle
+WINDOW_US = 1.0
 # Each elephant at 5/8 of a port: in the middle of flowlet's third load band (1/2-3/4 of
 # a window, bpf/lb.h), so an uplink with one elephant grades alike wherever its
 # utilisation estimate wobbles, apart from an idle one (band 0) and a doubled one (4+)
 LOAD = 0.625
 HOSTS = [f"srv{i}" for i in range(1, 9)]
-# (metric, absolute floor): values within 10 % of each other, or this close
-BALANCE = ("leaf_uplink_max_mean", "uplink_max_mean")
-PRINTED = ("loss_pct", "reorder_pct", "pause_fraction")
+# metric -> the absolute difference that counts as equal when 10 % of the value is less
+RELATIVE_FLOOR = {"leaf_uplink_max_mean": 0.0, "uplink_max_mean": 0.0, "loss_pct": 0.25,
+                  "reorder_pct": 0.25, "pause_fraction": 0.02}
 
 
 def experiment(scale: float, out) -> dict:
@@ -70,23 +74,24 @@ def run_at(scale: float, lab_name: str, tmp_path) -> dict[str, dict]:
     return {label: m["metrics"] for label, m in results["modes"].items()}
 
 
-def close(a: float, b: float) -> bool:
-    return abs(a - b) <= 0.1 * max(abs(a), abs(b))
+def close(a: float, b: float, floor: float) -> bool:
+    return abs(a - b) <= max(0.1 * max(abs(a), abs(b)), floor)
 
 
 @pytest.mark.flaky(reruns=1)   # Python senders on a shared machine: a starved second skews one run
 def test_the_same_experiment_at_two_scales_gives_the_same_results(lab_factory, tmp_path):
     spec = lab_factory(shipped("rail-optimized"), prefix="tscale")
     fast, slow = (run_at(s, spec.name, tmp_path) for s in SCALES)
-    print({label: {key: (fast[label][key], slow[label][key]) for key in BALANCE + PRINTED} for label in fast})
+    print({label: {key: (fast[label][key], slow[label][key]) for key in RELATIVE_FLOOR} for label in fast})
     # the experiment shows something: ECMP's collisions lose packets and unbalance the
     # leaf's uplinks, spraying balances them, PFC pauses instead of losing
     for run in (fast, slow):
-        assert run["ecmp"]["loss_pct"] > 2 and run["ecmp"]["leaf_uplink_max_mean"] > 1.3
+        assert run["ecmp"]["loss_pct"] > 0 and run["ecmp"]["leaf_uplink_max_mean"] > 1.3
         assert run["spray-rr"]["leaf_uplink_max_mean"] < 1.1 and run["spray-rr"]["loss_pct"] == 0
         # (a starved agent can pause late: a few headroom drops, far fewer than without PFC)
         assert run["ecmp pfc"]["pause_fraction"] > 0.1
         assert run["ecmp pfc"]["loss_pct"] < run["ecmp"]["loss_pct"] / 4
-    different = {(label, key): (fast[label][key], slow[label][key]) for label in fast for key in BALANCE
-                 if not close(fast[label][key], slow[label][key])}
+    different = {(label, key): (fast[label][key], slow[label][key])
+                 for label in fast for key, floor in RELATIVE_FLOOR.items()
+                 if not close(fast[label][key], slow[label][key], floor)}
     assert not different, different
