@@ -724,20 +724,26 @@ class SwitchDataplane:
         """occupancy_bytes: lossless bytes from this ingress port still waiting in egress
         queues now; peak_bytes, headroom_drops; pause_rx (PFC frames received here) and
         paused_until_ns per priority (monotonic ns; 0 = never paused)."""
-        pp = self.pfc_port(ifindex)
-        if pp is None:
-            return {}
+        return self.pfc_ports_state([ifindex]).get(ifindex, {})
+
+    def pfc_ports_state(self, ifindexes) -> dict[int, dict]:
+        """pfc_port_state of many ports, their accounts read in one batch lookup."""
+        accounts = self.pfc_ports(ifindexes)
+        by_slot = {self.port_info(ifx).slot: pp for ifx, pp in accounts.items()}
         now = time.monotonic_ns()
         paused: dict[int, bool] = {}          # one read per egress port however many entries
 
         def still_held(slot: int) -> bool:
             if slot not in paused:
-                paused[slot] = self.pfc_paused(slot, now)
+                pp = by_slot.get(slot)
+                paused[slot] = pp.pause_until[self._pfc_prio & 7] > now if pp is not None \
+                    else self.pfc_paused(slot, now)
             return paused[slot]
 
-        occupancy = self.pfc_occupancy_of(pp, now, still_held)
-        return {"occupancy_bytes": occupancy, "peak_bytes": pp.peak, "headroom_drops": pp.headroom_drops,
-                "pause_rx": pp.pause_rx, "paused_until_ns": list(pp.pause_until)}
+        return {ifx: {"occupancy_bytes": self.pfc_occupancy_of(pp, now, still_held), "peak_bytes": pp.peak,
+                      "headroom_drops": pp.headroom_drops, "pause_rx": pp.pause_rx,
+                      "paused_until_ns": list(pp.pause_until)}
+                for ifx, pp in accounts.items()}
 
     def port_model(self, ifindex: int) -> dict | None:
         return self._port_model.get(ifindex)
@@ -746,9 +752,14 @@ class SwitchDataplane:
         """queue_bytes (virtual backlog now), utilization (0..1, EWMA; 0 when stale)."""
         port = self.port_info(ifindex)
         q = abi.PortQueue()
-        if not self.maps.lookup("port_queue", ct.c_uint32(port.slot), q) or not q.ps_per_byte:
+        if not self.maps.lookup("port_queue", ct.c_uint32(port.slot), q):
             return {"queue_bytes": 0, "utilization": 0.0}
-        now = time.monotonic_ns()          # bpf_ktime_get_ns() is CLOCK_MONOTONIC
+        return self._queue_state_of(q, time.monotonic_ns())   # bpf_ktime_get_ns() is CLOCK_MONOTONIC
+
+    @staticmethod
+    def _queue_state_of(q: "abi.PortQueue", now: int) -> dict:
+        if not q.ps_per_byte:
+            return {"queue_bytes": 0, "utilization": 0.0}
         backlog_ns = max(q.t_free - now, 0)
         stale = now - q.win_start > 4 * q.win_ns
         return {"queue_bytes": backlog_ns * 1000 // q.ps_per_byte,
@@ -874,9 +885,30 @@ class SwitchDataplane:
     def port_counters(self, ifindex: int) -> dict:
         """rx_packets, rx_bytes, tx_packets, tx_bytes, ecn_marked, drops: {reason: n}
         (summed over CPUs)."""
-        words = self._port_stats_words(ifindex)
+        return self._counters_of(self._port_stats_words(ifindex))
+
+    def _counters_of(self, words: list[int]) -> dict:
         out = dict(zip(self._PORT_TOTALS, words))
         out["drops"] = {name: words[self._DROPS_AT + r] for r, name in abi.DROP_REASONS.items()}
+        return out
+
+    def ports_counters(self, ifindexes) -> dict[int, dict]:
+        """port_counters and port_queue_state of many ports in one dict each, read with two
+        batch lookups (the agent's counters reply covers every port of a lab; one lookup
+        a port cost a 56-node lab ~80 ms)."""
+        slots = {ifx: self.port_info(ifx).slot for ifx in ifindexes}
+        if not slots:
+            return {}
+        count = max(slots.values()) + 1
+        n, ncpus = self._PORT_STATS_WORDS, self.maps.ncpus
+        stats = array("Q", bytes(self.maps.array_values("port_stats", count, ct.c_uint64 * (n * ncpus))))
+        queues = self.maps.array_values("port_queue", count, abi.PortQueue)
+        now = time.monotonic_ns()
+        out = {}
+        for ifx, slot in slots.items():
+            flat = stats[slot * n * ncpus:(slot + 1) * n * ncpus]
+            out[ifx] = {**self._counters_of([sum(flat[w::n]) for w in range(n)]),
+                        **self._queue_state_of(queues[slot], now)}
         return out
 
     def _port_stats_words(self, ifindex: int) -> list[int]:
@@ -929,6 +961,21 @@ class SwitchDataplane:
             per_cpu = self.maps.percpu("member_stats", group_id * self.max_members + i, abi.PktCount)
             out.append({"ifindex": ifindex, "packets": sum(c.packets for c in per_cpu),
                         "bytes": sum(c.bytes for c in per_cpu)})
+        return out
+
+    def groups_member_counters(self, group_ids) -> dict[int, list[dict]]:
+        """member_counters of many groups, read in one batch lookup of member_stats."""
+        gids = [gid for gid in group_ids if self._groups.get(gid)]
+        if not gids:
+            return {gid: [] for gid in group_ids}
+        ncpus = self.maps.ncpus
+        stats = self.maps.array_values("member_stats", (max(gids) + 1) * self.max_members, abi.PktCount * ncpus)
+        out: dict[int, list[dict]] = {gid: [] for gid in group_ids}
+        for gid in gids:
+            for i, (ifindex, _) in enumerate(self._groups[gid].members):
+                per_cpu = stats[gid * self.max_members + i]
+                out[gid].append({"ifindex": ifindex, "packets": sum(c.packets for c in per_cpu),
+                                 "bytes": sum(c.bytes for c in per_cpu)})
         return out
 
     def verdict_counters(self) -> dict:

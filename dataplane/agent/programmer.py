@@ -593,29 +593,33 @@ class SwitchProgrammer:
             self.select(switch, None)      # an unknown switch is an error, not an empty answer
         started = time.monotonic_ns()
         result: dict = {"switches": {}}
-        for node in self.spec.switches:
-            if switch and node.name != switch:
-                continue
+        nodes = [n for n in self.spec.switches if switch in (None, n.name)]
+        ifindexes = [i.ifindex for n in nodes for i in n.interfaces]
+        # every port's and group's counters in a few batch reads, not one read each
+        counters = self.dp.ports_counters(ifindexes)
+        pfc_states = self.dp.pfc_ports_state(ifindexes) if self.port_model["pfc"] == "on" else {}
+        member_counts = self.dp.groups_member_counters(
+            [gid for (owner, _), gid in self.routing.groups.items() if switch in (None, owner)])
+        for node in nodes:
             ports = {}
             shapers = {}
             if any(i.ifindex in self._handoff_ports for i in node.interfaces):
                 with self._queues(node) as queues:
                     shapers = queues.stats()
             for i in node.interfaces:
-                c = self.dp.port_counters(i.ifindex)
-                c.update(self.dp.port_queue_state(i.ifindex))
+                c = counters[i.ifindex]
                 if i.ifindex in shapers:   # real queue: what waits in the port's qdisc now
                     c["shaper"] = shapers[i.ifindex]
                 model = self.dp.port_model(i.ifindex) or {}
                 c["speed_bps"] = model.get("speed_bps", 0)       # emulated (scaled)
                 c["nominal_speed_bps"] = i.speed_bps
-                c["pfc"] = self.pfc_counters(i)
+                c["pfc"] = self.pfc_counters(i, pfc_states.get(i.ifindex))
                 ports[i.name] = c
             groups = {}
             for (owner, members), gid in self.routing.groups.items():
                 if owner != node.name:
                     continue
-                per_member = self.dp.member_counters(gid)
+                per_member = member_counts[gid]
                 groups[str(gid)] = {
                     "mode": self.dp.group_info(gid)["mode"],
                     "prefixes": self.routing.prefixes.get(gid, []),
@@ -668,14 +672,15 @@ class SwitchProgrammer:
         out["t_ns"] = (started + time.monotonic_ns()) // 2
         return out
 
-    def pfc_counters(self, iface) -> dict:
+    def pfc_counters(self, iface, state: dict | None = None) -> dict:
         """Per port, for the lossless priority: pause frames sent (XOFF and XON) and time
         spent pausing the neighbour (wall and real ns), frames received from it and time
         spent holding the priority for it (wall and real ns), headroom used (peak account
-        above XOFF), headroom drops. Empty while PFC is off."""
+        above XOFF), headroom drops. Empty while PFC is off. state: the port's
+        pfc_port_state, if already read."""
         if self.port_model["pfc"] != "on":
             return {}
-        st = self.dp.pfc_port_state(iface.ifindex)
+        st = state if state is not None else self.dp.pfc_port_state(iface.ifindex)
         sent = self.pfc_sender.port_counters(iface.ifindex) if self.pfc_sender else {}
         wall = sent.get("paused_sent_ns", 0)
         return {"priority": self.port_model["pfc_priority"],

@@ -297,6 +297,16 @@ def test_port_loads_reads_what_the_per_port_reads_do(dp, lab, mode):
     assert all(loads[ifx][3] and loads[ifx][2] and loads[ifx][4] > 4_000 for ifx in EG[:2])
     assert loads[IN][1] >= 30 * 1000 and loads[EG[3]][4] == 0
     assert dp.port_loads([]) == {}
+    # the counters reply's batch reads: the same numbers as the per-port and per-group reads
+    batch = dp.ports_counters(ports)
+    for ifx in ports:
+        c = {**dp.port_counters(ifx), **dp.port_queue_state(ifx)}
+        assert {k: v for k, v in batch[ifx].items() if k != "queue_bytes"} == \
+            {k: v for k, v in c.items() if k != "queue_bytes"}
+        assert 0 <= batch[ifx]["queue_bytes"] - c["queue_bytes"] <= 100          # drained since
+    members = dp.groups_member_counters([G, G2])
+    assert members == {G: dp.member_counters(G), G2: dp.member_counters(G2)}
+    assert sum(m["packets"] for m in members[G2]) > 0
 
 
 def test_ecn_mark_sets_ce_with_valid_checksum(dp, lab, mode):

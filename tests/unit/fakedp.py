@@ -29,6 +29,7 @@ class FakeDataplane:
         self.up: dict[int, bool] = {}
         self.tx: dict[int, int] = {}         # ifindex -> tx bytes so far
         self.tm: dict[tuple, int] = {}       # (switch id, 5-tuple) -> egress ifindex
+        self.flowlets_forgotten: list[int] = []   # groups whose flowlet entries were dropped
 
     def set_switch(self, switch_id, *, hash_seed, hash_fields=None):
         self.switches[switch_id] = {"hash_seed": hash_seed, "hash_fields": hash_fields}
@@ -61,11 +62,18 @@ class FakeDataplane:
     def pfc_port_state(self, ifindex):
         return {}
 
+    def pfc_ports_state(self, ifindexes):
+        return {ifx: self.pfc_port_state(ifx) for ifx in ifindexes}
+
     def port_model(self, ifindex):
         return self.models.get(ifindex)
 
     def set_group(self, gid, members, **_):
         self.groups[gid] = GroupState(members=[(i, m) for i, m in members])
+
+    def forget_flowlets(self, gids):
+        self.flowlets_forgotten.extend(gids)
+        return 0
 
     def set_group_lb(self, gid, *, mode=None, hash_fields=None, flowlet_timeout_us=None, busy_util=None,
                      busy_timeout_us=None, weights=None, clear_weights=False):
@@ -136,8 +144,14 @@ class FakeDataplane:
     def port_queue_state(self, ifindex):
         return {"queue_bytes": 0, "utilization": 0.0}
 
+    def ports_counters(self, ifindexes):
+        return {ifx: {**self.port_counters(ifx), **self.port_queue_state(ifx)} for ifx in ifindexes}
+
     def member_counters(self, gid):
         return [{"ifindex": i, "packets": 0, "bytes": 0} for i, _ in self.groups[gid].members]
+
+    def groups_member_counters(self, gids):
+        return {gid: self.member_counters(gid) for gid in gids}
 
     def verdict_counters(self):
         return {name: {"packets": 0, "bytes": 0} for name in abi.XDP_ACTIONS.values()}

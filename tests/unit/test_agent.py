@@ -111,6 +111,17 @@ def test_report_links_carry_the_emulated_speed_the_agent_sends():
     assert up["bytes_ab"] == 125_000 and up["bytes_ba"] == 125_000
 
 
+def test_a_mode_set_forgets_the_flowlets_of_the_groups_it_changes():
+    # a run that sets its mode starts from no flowlet (their counts seed the next
+    # flowlet's choice), so it repeats the run before it; other settings keep them
+    p = programmed()
+    p.lb_set(role="leaf", busy_util=0.5)
+    assert p.dp.flowlets_forgotten == []
+    changed = p.lb_set(role="leaf", mode="flowlet")["groups"]
+    assert changed and sorted(p.dp.flowlets_forgotten) == sorted(changed)
+    assert not set(changed) & set(p.routing.group_ids("spine1"))
+
+
 # ------------------------------------------------------------------ one clock
 def test_times_are_real_fabric_time_applied_at_the_lab_scale():
     """A flowlet gap, busy gap and utilisation window are given in real-fabric time; the
