@@ -81,6 +81,7 @@ class _Qp:
     due: int
     timeline: list = field(default_factory=list)
     new_bytes: int = 0
+    served: int = 0            # when the NIC last sent for it (round-robin stamp)
 
 
 def packets_of(prepared: dict[str, PreparedFlows]) -> list[tuple[str, object, int, list]]:
@@ -112,14 +113,11 @@ def run(tx: dict[str, socket.socket], rx: list[socket.socket], queued: list[tupl
     if start_ns and start_ns > now_ns():
         time.sleep((start_ns - now_ns()) / 1e9)
     start = start_ns or now_ns()
+    # A QP joins the NIC's arbitration when its first message arrives (the NIC knows
+    # nothing of it before): its timers and DCQCN state start then, at line rate.
+    pending = sorted(queued, key=lambda q: q[3][0][0] if q[3] else 0, reverse=True)
     qps: list[_Qp] = []
     by_key: dict[tuple[str, int], _Qp] = {}
-    for port, flow, psn0, pkts in queued:
-        qp = _Qp(flow, port, pkts, psn0, tp.Requester(len(pkts), cfg, scale, start),
-                 tp.Dcqcn(cfg.dcqcn, line_bps[port], scale, start) if cfg.dcqcn else None,
-                 line_bps[port], start)
-        qps.append(qp)
-        by_key[(flow.src_ip, flow.src_qp)] = qp
     pause = pause or {}
     paused_waits = {p: 0 for p in tx}
     watchdog_drops = {p: 0 for p in tx}
@@ -128,12 +126,22 @@ def run(tx: dict[str, socket.socket], rx: list[socket.socket], queued: list[tupl
     hard_end = start + int((duration_s + limit_s) * 1e9)
     sample_ns = int(sample_s * 1e9)
     next_sample = start + sample_ns
-    active = list(qps)
+    active: list[_Qp] = []
+    served = 0                 # round-robin stamp: the NIC serves its ready QPs in turn
     buf = bytearray(2048)
-    while active:
+    while active or pending:
         now = now_ns()
         if now >= hard_end:
             break
+        while pending and (not pending[-1][3] or start + pending[-1][3][0][0] <= now):
+            port, flow, psn0, pkts = pending.pop()
+            qp = _Qp(flow, port, pkts, psn0, tp.Requester(len(pkts), cfg, scale, now),
+                     tp.Dcqcn(cfg.dcqcn, line_bps[port], scale, now) if cfg.dcqcn else None,
+                     line_bps[port], start)
+            qps.append(qp)
+            by_key[(flow.src_ip, flow.src_qp)] = qp
+            if not qp.req.done:
+                active.append(qp)
         for s in rx:
             _drain(s, buf, by_key, now)
         for lst in listeners:
@@ -154,7 +162,9 @@ def run(tx: dict[str, socket.socket], rx: list[socket.socket], queued: list[tupl
             if pos is None:
                 continue
             t = max(qp.due, start + qp.pkts[pos][0], port_free[qp.port])
-            if best is None or t < best_t:
+            # of the QPs that may send now, the one served longest ago; else the earliest
+            if best is None or (t <= now and (best_t > now or qp.served < best.served)) \
+                    or (best_t > now and t < best_t):
                 best, best_t, best_pos = qp, t, pos
         if best is not None and best_t <= now:
             gate = pause.get(best.port)
@@ -165,6 +175,8 @@ def run(tx: dict[str, socket.socket], rx: list[socket.socket], queued: list[tupl
                 continue
             if until < 0:
                 watchdog_drops[best.port] += 1
+            served += 1
+            best.served = served
             _send(best, best_pos, None if until < 0 else tx[best.port], now, start, port_free,
                   burst_packets)
             if best.req.done:
@@ -172,6 +184,8 @@ def run(tx: dict[str, socket.socket], rx: list[socket.socket], queued: list[tupl
             continue
         active = [qp for qp in active if not qp.req.done]
         wait = min(best_t - now if best is not None else POLL_NS, POLL_NS)
+        if pending and pending[-1][3]:
+            wait = min(wait, start + pending[-1][3][0][0] - now)
         select.select(waitable, [], [], max(wait, 0) / 1e9)
     per_flow = {}
     report = {}

@@ -29,6 +29,14 @@ Patterns (``pattern.type``):
   flows           an explicit list: ``{src: h1:eth0, dst: h2:eth1, class: mice, rate: ...}``.
 ``pattern.messages: N`` caps every flow at N messages (a collective's fixed transfer: with
 the duration past the last one's end, every message is sent whole).
+
+Queue pairs (``qp``): ``per-pair`` (default) -- one QP per pair and class, its messages
+queue behind each other in the QP's send queue, as an application that posts every
+message to one connection; ``per-message`` -- every message is a QP (and a flow) of its
+own with its own UDP source port, as the simulators of the HPCC and ConWeave papers run
+FCT experiments: a short message never waits behind a long one of the same pair, the
+NIC serves its active QPs in turn, and ECMP hashes each message anew. Needs a
+closed-loop transport (an open-loop flow is paced at its own rate).
 """
 from __future__ import annotations
 
@@ -57,6 +65,7 @@ DEFAULT_CLASSES: dict[str, dict[str, Any]] = {
 }
 SRC_PORT_MIN, SRC_PORT_MAX = 49152, 65535
 QP_BASE = 0x100
+QP_MODES = ("per-pair", "per-message")
 
 
 class WorkloadError(RailabError):
@@ -166,6 +175,7 @@ SCHEMA: dict[str, Any] = {
         "hosts": {"type": "array", "minItems": 1, "items": _host},
         "pattern": _pattern,
         "load": {"type": "number", "exclusiveMinimum": 0, "maximum": 1},
+        "qp": {"enum": list(QP_MODES)},
         "transport": {"anyOf": [
             {"enum": list(TRANSPORTS)},
             {"type": "object", "additionalProperties": False, "required": ["kind"],
@@ -414,6 +424,7 @@ class Workload:
     source: str = "<workload>"
     transport: TransportConfig = field(default_factory=TransportConfig)
     load: float | None = None      # offered load as a fraction of the NIC's line rate (the experiment sets `rate`)
+    qp: str = "per-pair"           # QP_MODES (module doc)
 
     @property
     def mtu_frame_bytes(self) -> int:
@@ -460,9 +471,13 @@ def load_dict(doc: Any, source: str = "<workload>") -> Workload:
             rate=parse_rate(doc.get("rate", "100Mbps")),
             mix=mix, classes=classes, pattern=doc["pattern"],
             hosts=hosts_from_list(doc.get("hosts", [])), source=source,
-            transport=_transport(doc, source), load=doc.get("load"))
+            transport=_transport(doc, source), load=doc.get("load"),
+            qp=doc.get("qp", "per-pair"))
     except ValueError as e:
         raise WorkloadError(f"{source}: {e}") from None
+    if wl.qp == "per-message" and not wl.transport.closed_loop:
+        raise WorkloadError(f"{source}: qp: per-message needs a closed-loop transport (go-back-n "
+                            "or selective-repeat): an open-loop flow is paced at its own rate")
     if wl.pattern["type"] == "flows":
         for i, f in enumerate(wl.pattern.get("flows", [])):
             for k in ("size",):
@@ -653,24 +668,40 @@ def generate(wl: Workload, hosts: Sequence[Any] | None = None) -> list[Flow]:
             bps = pair_bps * share
             msgs = _messages(rng, dist, arrival, bps, wl.mtu, t0, t1,
                              spec.get("messages", wl.pattern.get("messages")))
-            # RoCEv2 UDP source port: entropy for ECMP, unique per source IP.
-            used = used_ports.setdefault(p.src_nic.ip, set())
-            port = SRC_PORT_MIN + rng.randrange(SRC_PORT_MAX - SRC_PORT_MIN + 1)
-            while port in used:
-                port = SRC_PORT_MIN + (port - SRC_PORT_MIN + 1) % (SRC_PORT_MAX - SRC_PORT_MIN + 1)
-            used.add(port)
-            sqp = next_qp.get(p.src_nic.ip, QP_BASE)
-            next_qp[p.src_nic.ip] = sqp + 1
-            dqp = next_qp.get(p.dst_nic.ip, QP_BASE)
-            next_qp[p.dst_nic.ip] = dqp + 1
-            flows.append(Flow(
-                flow_id=len(flows) + 1, cls=cls,
-                src_host=p.src_host.name, src_ifname=p.src_nic.ifname, src_ip=p.src_nic.ip,
-                dst_host=p.dst_host.name, dst_ifname=p.dst_nic.ifname, dst_ip=p.dst_nic.ip,
-                src_port=port, dst_port=roce.ROCE_PORT, src_qp=sqp, dst_qp=dqp,
-                opcode=opcode, dscp=cspec.dscp, rate_bps=bps, mtu=wl.mtu, messages=msgs,
-                src_rail=p.src_nic.rail, dst_rail=p.dst_nic.rail))
+            if wl.qp == "per-message":
+                # each message its own QP; its offered rate is its share of the pair's
+                window = max(t1 - t0, 1e-9)
+                parts = [((Message(0, m.size, m.start_ns),), _wire_bits(m.size, wl.mtu) / window)
+                         for m in msgs]
+            else:
+                parts = [(msgs, bps)]
+            for part_msgs, part_bps in parts:
+                sport = _source_port(rng, used_ports.setdefault(p.src_nic.ip, set()))
+                sqp = next_qp.get(p.src_nic.ip, QP_BASE)
+                next_qp[p.src_nic.ip] = sqp + 1
+                dqp = next_qp.get(p.dst_nic.ip, QP_BASE)
+                next_qp[p.dst_nic.ip] = dqp + 1
+                flows.append(Flow(
+                    flow_id=len(flows) + 1, cls=cls,
+                    src_host=p.src_host.name, src_ifname=p.src_nic.ifname, src_ip=p.src_nic.ip,
+                    dst_host=p.dst_host.name, dst_ifname=p.dst_nic.ifname, dst_ip=p.dst_nic.ip,
+                    src_port=sport, dst_port=roce.ROCE_PORT, src_qp=sqp, dst_qp=dqp,
+                    opcode=opcode, dscp=cspec.dscp, rate_bps=part_bps, mtu=wl.mtu,
+                    messages=part_msgs, src_rail=p.src_nic.rail, dst_rail=p.dst_nic.rail))
     return flows
+
+
+def _source_port(rng: random.Random, used: set[int]) -> int:
+    """A RoCEv2 UDP source port (ECMP's entropy), unique per source IP while the range
+    lasts (a run of more QPs than ports starts reusing them, as a NIC does)."""
+    span = SRC_PORT_MAX - SRC_PORT_MIN + 1
+    if len(used) >= span:
+        used.clear()
+    port = SRC_PORT_MIN + rng.randrange(span)
+    while port in used:
+        port = SRC_PORT_MIN + (port - SRC_PORT_MIN + 1) % span
+    used.add(port)
+    return port
 
 
 def load_flows(path: str | Path, hosts: Sequence[Any] | None = None,

@@ -257,3 +257,34 @@ def test_pattern_messages_caps_every_flow_and_its_schedule_end():
     assert all(len(f.messages) > 3 for f in uncapped)
     with pytest.raises(WorkloadError, match="messages"):
         load_dict({"pattern": {"type": "ring-allreduce", "messages": 0}})
+
+
+def test_qp_per_message_makes_each_message_its_own_qp():
+    doc = {"seed": 3, "duration": "2s", "rate": "10Mbps", "transport": "go-back-n",
+           "mix": {"elephant": 1}, "pattern": {"type": "all-to-all", "rails": "same"},
+           "classes": {"elephant": {"size": {"cdf": "websearch", "scale": 0.01}, "arrival": "poisson"}}}
+    per_pair = generate(load_dict(doc), hosts(3, 1))
+    per_msg = generate(load_dict({**doc, "qp": "per-message"}), hosts(3, 1))
+    # the same messages, one QP each
+    assert len(per_pair) == 6
+    assert sorted((f.src_host, f.dst_host, m.size, m.start_ns) for f in per_pair for m in f.messages) == \
+        sorted((f.src_host, f.dst_host, m.size, m.start_ns) for f in per_msg for m in f.messages)
+    assert all(len(f.messages) == 1 for f in per_msg) and len(per_msg) > 6 * 5
+    for ip in {f.src_ip for f in per_msg}:
+        mine = [f for f in per_msg if f.src_ip == ip]
+        assert len({f.src_port for f in mine}) == len(mine)       # ECMP hashes every message anew
+        assert len({f.src_qp for f in mine}) == len(mine)
+    # the offered rate is split over the pair's messages, so the sum stays the pair's
+    for a, b in [("h1", "h2"), ("h2", "h3")]:
+        whole = sum(f.rate_bps for f in per_pair if (f.src_host, f.dst_host) == (a, b))
+        parts = sum(f.rate_bps for f in per_msg if (f.src_host, f.dst_host) == (a, b))
+        assert parts == pytest.approx(sum(f.wire_bytes for f in per_pair
+                                          if (f.src_host, f.dst_host) == (a, b)) * 8 / 2.0, rel=0.01)
+        assert 0.3 * whole < parts < 3 * whole      # Poisson draws around the pair's rate
+
+
+def test_qp_per_message_needs_a_closed_loop_transport():
+    with pytest.raises(WorkloadError, match=r"qp: per-message needs a closed-loop transport"):
+        load_dict({"qp": "per-message", "pattern": {"type": "all-to-all"}}, "wl.yaml")
+    with pytest.raises(WorkloadError, match=r"wl.yaml: qp: 'each' is not one of"):
+        load_dict({"qp": "each", "transport": "go-back-n", "pattern": {"type": "all-to-all"}}, "wl.yaml")
