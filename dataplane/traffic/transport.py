@@ -7,7 +7,8 @@ Positions: a QP's packets are numbered 0, 1, ... (PSN = initial PSN + position, 
 Reliable delivery (what an RC QP of a RoCEv2 NIC does):
   * go-back-n: the responder accepts only the next expected position; it ACKs (BTH opcode
     ACKNOWLEDGE, AETH syndrome 0x1f, PSN = last in-order packet) every `ack_every`
-    packets and on every packet with the ack-request bit (the last of each message); on
+    packets, for the first in-order packet `ack_delay` or more after its last ACK, and on
+    every packet with the ack-request bit (the last of each message); on
     the first packet past a gap it sends one NAK (AETH syndrome 0x60, PSN sequence error,
     PSN = the expected one) and discards everything out of order until the gap is
     filled. The requester goes back to the NAKed position and resends from there.
@@ -65,7 +66,8 @@ class DcqcnParams:
 class TransportConfig:
     """One run's transport (from the workload file). Times in real-fabric us."""
     kind: str = "open-loop"
-    ack_every: int = 8             # ACK coalescing: one ACK per this many in-order packets
+    ack_every: int = 8             # ACK coalescing: one ACK per this many in-order packets ...
+    ack_delay_us: float = 20.0     # ... or for the first in-order packet this long after the last ACK
     window: int = 64               # most packets unacknowledged at a time
     rto_us: float = 200.0          # retransmission timeout
     nak_delay_us: float = 20.0     # selective repeat: how long a hole may stay open before its NAK
@@ -260,6 +262,11 @@ class QpResponder:
     def __init__(self, cfg: TransportConfig, scale: float | None):
         self.sr = cfg.kind == "selective-repeat"
         self.ack_every = cfg.ack_every
+        # NICs coalesce ACKs by count and by time: a QP that the NIC serves slowly (one of
+        # many sharing it) still hears back within the delay, not after ack_every packets,
+        # which could take longer than the requester's RTO and resend what had arrived.
+        self.ack_delay = timescale.wall_ns(cfg.ack_delay_us * 1000, scale)
+        self.last_ack_ns: int | None = None
         self.nak_delay = timescale.wall_ns(cfg.nak_delay_us * 1000, scale)
         self.expected = 0
         self.unacked = 0
@@ -280,7 +287,8 @@ class QpResponder:
             for h in [h for h in self.hole_seen if h < self.expected]:
                 self.hole_seen.pop(h)
                 self.naked.pop(h, None)
-            if ackreq or self.unacked >= self.ack_every:
+            if ackreq or self.unacked >= self.ack_every or \
+                    (self.last_ack_ns is not None and now_ns - self.last_ack_ns >= self.ack_delay):
                 out.append(("ack", self.expected - 1))
                 self.unacked = 0
         elif pos > self.expected:
@@ -305,9 +313,12 @@ class QpResponder:
                 if now_ns - seen >= self.nak_delay and (last is None or now_ns - last >= 4 * self.nak_delay + 1):
                     self.naked[h] = now_ns
                     out.append(("nak", h))
+        if self.last_ack_ns is None:
+            self.last_ack_ns = now_ns          # the coalescing timer starts with the first packet
         for kind, _ in out:
             if kind == "ack":
                 self.stats.acks += 1
+                self.last_ack_ns = now_ns
             else:
                 self.stats.naks += 1
         return out

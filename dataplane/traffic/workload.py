@@ -181,6 +181,7 @@ SCHEMA: dict[str, Any] = {
             {"type": "object", "additionalProperties": False, "required": ["kind"],
              "properties": {"kind": {"enum": list(TRANSPORTS)},
                             "ack_every": {"type": "integer", "minimum": 1},
+                            "ack_delay_us": {"type": "number", "exclusiveMinimum": 0},
                             "window": {"type": "integer", "minimum": 1},
                             "rto_us": {"type": "number", "exclusiveMinimum": 0},
                             "nak_delay_us": {"type": "number", "exclusiveMinimum": 0}}}]},

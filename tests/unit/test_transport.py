@@ -163,3 +163,26 @@ def test_duplicates_are_acknowledged_so_a_requester_that_missed_acks_moves_on():
     assert answers == [("ack", 19)]
     req.on_ack(19, 2)
     assert req.done
+
+
+def test_a_slowly_served_qp_is_acknowledged_by_time_not_only_by_count():
+    """ACK coalescing by count alone would leave a QP that gets one packet per RTO/2 (one
+    of many QPs sharing its NIC) unacknowledged past its RTO: it would resend what had
+    arrived. The responder also ACKs the first packet ack_delay after its last ACK."""
+    cfg = TransportConfig(kind="go-back-n", ack_every=8, window=64, rto_us=200, ack_delay_us=20)
+    rsp = QpResponder(cfg, None)
+    acks = [out for i in range(6) for out in rsp.on_data(i, False, None, i * 100_000)]
+    assert acks == [("ack", i) for i in range(1, 6)]        # every packet after the first
+    fast = QpResponder(cfg, None)
+    acks = [out for i in range(16) for out in fast.on_data(i, False, None, i * 1_000)]
+    assert acks == [("ack", 7), ("ack", 15)]                 # back to back: by count only
+    req = Requester(6, cfg, None, 0)
+    slow = QpResponder(cfg, None)
+    for i in range(6):                # one packet per 100 us, each answered as it arrives
+        now = i * 100_000
+        req.check_timeout(now)
+        pos = req.next_position()
+        req.sent(pos, 1000, now)
+        for kind, at in slow.on_data(pos, pos == 5, None, now + 1_000):
+            req.on_ack(at, now + 2_000)
+    assert req.done and req.stats.timeouts == 0 and req.stats.retx_packets == 0
