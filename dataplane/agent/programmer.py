@@ -74,6 +74,14 @@ class RoutingState:
     host_routes: dict[tuple[str, str], int] = field(default_factory=dict)
     generation: int = 0
 
+    def members_of(self, gid: int) -> list[str]:
+        """The member interfaces of group gid ([] for a group that does not exist)."""
+        return self.members.get(gid, [])
+
+    def every_group(self) -> list[tuple[str, int, tuple[str, ...]]]:
+        """(switch, group id, member interfaces) of every group of the lab."""
+        return [(owner, gid, members) for (owner, members), gid in self.groups.items()]
+
     def group_ids(self, switch: str) -> list[int]:
         return [gid for (owner, _), gid in self.groups.items() if owner == switch]
 
