@@ -275,6 +275,7 @@ class SwitchProgrammer:
             self.pfc_sender.close()
             self.pfc_sender = None
         if on:
+            # deferred on purpose: agent.pfc imports realqueue (pyroute2, 0.5 s), only for PFC
             from dataplane.agent.pfc import PfcSender
             self.pfc_sender = PfcSender(self, {"xoff_bytes": pm["xoff_bytes"], "xon_bytes": pm["xon_bytes"],
                                                "quanta": pm["pfc_quanta"], "priority": pm["pfc_priority"]})
