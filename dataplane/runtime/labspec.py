@@ -194,6 +194,17 @@ class LabSpec:
                     done.add(key)
                     yield (node, iface, *self.far_end(iface))
 
+    def select_switches(self, switch: str | None, role: str | None) -> list[NodeSpec]:
+        """The switches a request means: the one named and/or every one of a role (None:
+        any); ValueError naming the lab's switches if none matches."""
+        nodes = [n for n in self.switches
+                 if (switch is None or n.name == switch) and (role is None or n.role == role)]
+        if not nodes:
+            known = [f"{n.name} ({n.role})" for n in self.switches]
+            shown = ", ".join(known[:10]) + (f", ... ({len(known) - 10} more)" if len(known) > 10 else "")
+            raise ValueError(f"no switch matches switch={switch!r} role={role!r}; switches: {shown}")
+        return nodes
+
     @property
     def switches(self) -> list[NodeSpec]:
         return [n for n in self.nodes if n.role != "host"]
