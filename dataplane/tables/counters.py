@@ -35,13 +35,10 @@ class CounterTables:
         """port_counters and port_queue_state of many ports in one dict each, read with two
         batch lookups (the agent's counters reply covers every port of a lab; one lookup
         a port cost a 56-node lab ~80 ms)."""
-        slots = {ifx: self.port_info(ifx).slot for ifx in ifindexes}
+        slots, stats, queues = self._read_port_tables(ifindexes)
         if not slots:
             return {}
-        count = max(slots.values()) + 1
         n, ncpus = self._PORT_STATS_WORDS, self.maps.ncpus
-        stats = array("Q", bytes(self.maps.array_values("port_stats", count, ct.c_uint64 * (n * ncpus))))
-        queues = self.maps.array_values("port_queue", count, abi.PortQueue)
         now = time.monotonic_ns()
         out = {}
         for ifx, slot in slots.items():
@@ -49,6 +46,17 @@ class CounterTables:
             out[ifx] = {**self._counters_of([sum(flat[w::n]) for w in range(n)]),
                         **self._queue_state_of(queues[slot], now)}
         return out
+
+    def _read_port_tables(self, ifindexes) -> tuple[dict[int, int], array | None, list | None]:
+        """(ifindex -> slot, every port_stats entry up to the highest slot as u64 words in
+        slot, CPU, word order, the port_queue entries): two batch lookups for many ports."""
+        slots = {ifx: self.port_info(ifx).slot for ifx in ifindexes}
+        if not slots:
+            return slots, None, None
+        count = max(slots.values()) + 1
+        n, ncpus = self._PORT_STATS_WORDS, self.maps.ncpus
+        stats = array("Q", bytes(self.maps.array_values("port_stats", count, ct.c_uint64 * (n * ncpus))))
+        return slots, stats, self.maps.array_values("port_queue", count, abi.PortQueue)
 
     def _port_stats_words(self, ifindex: int) -> list[int]:
         """A port's port_stats entry as u64 words, summed over CPUs: one lookup, read as
@@ -67,14 +75,10 @@ class CounterTables:
         backlog bytes now): port_counters' and port_queue_state's numbers for many ports,
         read with two batch lookups instead of two lookups a port (a live view asks for
         every port of a lab twice a second)."""
-        slots = {ifx: self.port_info(ifx).slot for ifx in ifindexes}
+        slots, words, queues = self._read_port_tables(ifindexes)
         if not slots:
             return {}
-        count = max(slots.values()) + 1
         n, ncpus = self._PORT_STATS_WORDS, self.maps.ncpus
-        stats = self.maps.array_values("port_stats", count, ct.c_uint64 * (n * ncpus))
-        queues = self.maps.array_values("port_queue", count, abi.PortQueue)
-        words = array("Q", bytes(stats))
         stride = n * ncpus
 
         def column(word: int) -> list[int]:          # one word of every slot, summed over CPUs
