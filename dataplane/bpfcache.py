@@ -21,6 +21,7 @@ import hashlib
 import json
 import os
 import struct
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -63,7 +64,7 @@ def _bcc_version() -> str:
     try:
         return version("bcc")
     except PackageNotFoundError:
-        import bcc
+        import bcc   # only to read its version: deferred as above
         return getattr(bcc, "__version__", "?")
 
 
@@ -147,8 +148,6 @@ class LoadedObject:
 def load(source: Path, cflags: list[str], progs: dict[str, int]) -> LoadedObject:
     """The object compiled from source with cflags, its programs (name -> prog type)
     loaded: from the cache if it holds it, else compiled with bcc (and cached)."""
-    import time
-
     started = time.monotonic()
     directory = cache_dir()
     path = None
@@ -191,7 +190,7 @@ def _write(path: Path, record: dict) -> None:
 
 def _compile(source: Path, cflags: list[str], progs: dict[str, int]) -> LoadedObject:
     from bcc import BPF   # deferred on purpose: bcc is only on root/test machines
-    from bcc.libbcc import lib
+    from bcc.libbcc import lib   # (bcc, deferred with it)
 
     b = BPF(src_file=str(source).encode(), cflags=cflags)
     try:

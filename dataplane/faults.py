@@ -74,12 +74,8 @@ def _save(lab: str, data: dict) -> None:
 
 
 def _endpoint(spec, ref: str):
-    if ":" not in ref:
-        raise ValueError(f"expected NODE:INTERFACE, got {ref!r}")
-    name, ifname = ref.split(":", 1)
     try:
-        node = spec.node(name)
-        return node, node.interface(ifname)
+        return spec.endpoint(ref)
     except KeyError:
         raise ValueError(f"lab {spec.name} has no interface {ref}") from None
 

@@ -15,6 +15,7 @@ from typing import Callable
 
 from dataplane.bpf_abi import ROCE_V2_UDP_PORT
 from dataplane.runtime.labspec import LabSpec
+from dataplane.topology.model import Endpoint
 
 XDP_VERDICTS = {0: "aborted", 1: "drop", 2: "pass", 3: "tx", 4: "redirect", 5: "queued"}
 FORWARDED = (4, 5)     # redirected, or handed to a real queue (XDP_PASS + handoff metadata)
@@ -62,8 +63,7 @@ def build_frame(key: FlowKey, src_mac: str, dst_mac: str) -> bytes:
 
 def trace(spec: LabSpec, key: FlowKey, run_frame: RunFrame) -> dict:
     """{"hops": [{"switch", "in", "out"}], "end": "host:port" | None, "verdict": str}."""
-    host, port = key.src.split(":", 1)
-    start = spec.node(host).interface(port)
+    _, start = spec.endpoint(key.src)
     switch, ingress = start.peer_node, start.peer_if
     frame = build_frame(key, start.mac, start.peer_mac)
     hops: list[dict] = []
@@ -88,7 +88,7 @@ def trace(spec: LabSpec, key: FlowKey, run_frame: RunFrame) -> dict:
 
 def path_links(spec: LabSpec, key: FlowKey, result: dict) -> list[frozenset[str]]:
     """The links a traced flow crosses, each as {"node:if", "node:if"}."""
-    links = [frozenset((key.src, spec.node(key.src.split(":")[0]).interface(key.src.split(":")[1]).peer))]
+    links = [frozenset((key.src, spec.endpoint(key.src)[1].peer))]
     for hop in result["hops"]:
         if hop["out"]:
             iface = spec.node(hop["switch"]).interface(hop["out"])
@@ -100,7 +100,7 @@ def touches(spec: LabSpec, links: list[frozenset[str]], event: dict) -> bool:
     """Whether a path crosses what a fault event takes down or slows."""
     fault = event.get("fault", "")
     ends = [e for e in (event.get("a"), event.get("b"), event.get("port")) if e]
-    nodes_on_path = {end.split(":", 1)[0] for link in links for end in link}
+    nodes_on_path = {Endpoint.parse(end).node for link in links for end in link}
     if fault.startswith("link") or fault in ("degrade", "restore"):
         return any(end in link for end in ends for link in links)
     if fault.startswith("switch"):

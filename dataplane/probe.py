@@ -8,6 +8,7 @@ counter differences show the last switch that saw it and any drop reason.
 """
 from __future__ import annotations
 
+import random
 import socket
 import threading
 import time
@@ -70,8 +71,6 @@ def sample_pairs(spec: LabSpec, ports: list[ProbePort], n: int, seed: int = 0) -
     """At least one pair for every two leaves that can reach each other (a leaf with
     itself too: two servers on it), then random pairs up to n in all. Never builds the
     full pair list (a 1,024-GPU lab has a million pairs)."""
-    import random
-
     rng = random.Random(seed)
     leaf_of = {(h.name, i.name): i.peer_node for h in spec.hosts for i in h.interfaces}
     on_leaf: dict[str, list[ProbePort]] = {}

@@ -44,12 +44,7 @@ class KernelSwitches:
                                                   for n in spec.switches}
 
     def select(self, switch: str | None, role: str | None) -> list:
-        nodes = [n for n in self.spec.switches
-                 if (switch is None or n.name == switch) and (role is None or n.role == role)]
-        if not nodes:
-            raise ValueError(f"no switch matches switch={switch!r} role={role!r}; switches: "
-                             + ", ".join(n.name for n in self.spec.switches[:10]))
-        return nodes
+        return self.spec.select_switches(switch, role)
 
     # ------------------------------------------------------------ counters
     def counters(self, switch: str | None = None) -> dict:

@@ -370,7 +370,7 @@ class FabricMonitor:
         """S lost (or regained) every member for a prefix: withdraw (restore) it upstream."""
         for gid, prefix in self.p.routing.group_prefixes(node.name, gids):
             dead = self.dp.group_down_mask(gid)
-            n = len(self.p.routing.members[gid])
+            n = len(self.p.routing.members_of(gid))
             all_dead = dead == (1 << min(n, 64)) - 1
             key = (node.name, prefix)
             if all_dead and key not in self.withdrawn:
@@ -382,7 +382,7 @@ class FabricMonitor:
 
     # ------------------------------------------------------------ sending
     def _nexthop_id(self, node, gid) -> int:
-        members = self.p.routing.members.get(gid, [])
+        members = self.p.routing.members_of(gid)
         if not members:
             return 0
         far = self.spec.find_node(node.interface(members[0]).peer_node)
@@ -615,7 +615,7 @@ class FabricMonitor:
             ports: dict[int, tuple] = {}
             with self.lock:
                 gen = routing.generation
-                for (owner, members), gid in list(routing.groups.items()):
+                for owner, gid, members in routing.every_group():
                     node = self.spec.node(owner)
                     for _, prefix in routing.group_prefixes(owner, [gid]):
                         if not self.upstream(node, prefix, live_only=False):

@@ -74,6 +74,14 @@ class RoutingState:
     host_routes: dict[tuple[str, str], int] = field(default_factory=dict)
     generation: int = 0
 
+    def members_of(self, gid: int) -> list[str]:
+        """The member interfaces of group gid ([] for a group that does not exist)."""
+        return self.members.get(gid, [])
+
+    def every_group(self) -> list[tuple[str, int, tuple[str, ...]]]:
+        """(switch, group id, member interfaces) of every group of the lab."""
+        return [(owner, gid, members) for (owner, members), gid in self.groups.items()]
+
     def group_ids(self, switch: str) -> list[int]:
         return [gid for (owner, _), gid in self.groups.items() if owner == switch]
 
@@ -267,6 +275,7 @@ class SwitchProgrammer:
             self.pfc_sender.close()
             self.pfc_sender = None
         if on:
+            # deferred on purpose: agent.pfc imports realqueue (pyroute2, 0.5 s), only for PFC
             from dataplane.agent.pfc import PfcSender
             self.pfc_sender = PfcSender(self, {"xoff_bytes": pm["xoff_bytes"], "xon_bytes": pm["xon_bytes"],
                                                "quanta": pm["pfc_quanta"], "priority": pm["pfc_priority"]})
@@ -374,13 +383,7 @@ class SwitchProgrammer:
 
     # ------------------------------------------------------------ load balancing
     def select(self, switch: str | None, role: str | None) -> list:
-        nodes = [n for n in self.spec.switches
-                 if (switch is None or n.name == switch) and (role is None or n.role == role)]
-        if not nodes:
-            known = [f"{n.name} ({n.role})" for n in self.spec.switches]
-            shown = ", ".join(known[:10]) + (f", ... ({len(known) - 10} more)" if len(known) > 10 else "")
-            raise ValueError(f"no switch matches switch={switch!r} role={role!r}; switches: {shown}")
-        return nodes
+        return self.spec.select_switches(switch, role)
 
     def lb_set(self, switch: str | None = None, role: str | None = None, mode: str | None = None,
                seed=None, hash_fields=None, flowlet_timeout_us=None, busy_util=None,
@@ -412,9 +415,7 @@ class SwitchProgrammer:
                 values = dict(zip([i.name for i in node.interfaces], self._auto_lbn(node))) \
                     if lbn == "auto" else {k: int(v) for k, v in lbn.items()}
                 self._set_lbn(node, values, strict=switch is not None)
-            for (owner, members), gid in self.routing.groups.items():
-                if owner != node.name:
-                    continue
+            for gid, members in self.routing.switch_groups(node.name):
                 w = None
                 if bandwidth:
                     w = [by_name[m].speed_bps for m in members]
@@ -502,9 +503,7 @@ class SwitchProgrammer:
         out = {"port_model": dict(self.port_model), "clock": self.clock(), "switches": {}}
         for node in self.spec.switches:
             groups = {}
-            for (owner, members), gid in self.routing.groups.items():
-                if owner != node.name:
-                    continue
+            for gid, members in self.routing.switch_groups(node.name):
                 info = self.dp.group_info(gid)
                 for key, real in self.lb_times.get(gid, {}).items():   # real, and what the lab waits
                     info[key.replace("_us", "_wall_us")] = info[key]
@@ -616,9 +615,7 @@ class SwitchProgrammer:
                 c["pfc"] = self.pfc_counters(i, pfc_states.get(i.ifindex))
                 ports[i.name] = c
             groups = {}
-            for (owner, members), gid in self.routing.groups.items():
-                if owner != node.name:
-                    continue
+            for gid, members in self.routing.switch_groups(node.name):
                 per_member = member_counts[gid]
                 groups[str(gid)] = {
                     "mode": self.dp.group_info(gid)["mode"],

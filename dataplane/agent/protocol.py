@@ -324,6 +324,11 @@ class SwitchCounters:
     ports: dict[str, PortCounters]
     groups: dict[str, GroupCounters]
 
+    def member_packets(self) -> int:
+        """Packets the switch's next-hop groups sent, over all members: what it forwarded
+        by route (the data plane's own count, whatever the kernel's link counters say)."""
+        return sum(m.packets for g in self.groups.values() for m in g.members)
+
 
 @dataclass
 class CounterSnapshot:

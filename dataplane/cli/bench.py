@@ -157,6 +157,7 @@ def run_dataplane(args) -> int:
     re-runs the program on the frame the previous run rewrote). Rows: each mode with the
     egress port model off and on (on: a port so fast its queue never fills, so the row
     measures the model's bookkeeping, not drops)."""
+    # deferred on purpose (bcc compiles, scapy is slow to import): see the note above register()
     from bcc import BPF
     from scapy.contrib.roce import BTH
     from scapy.layers.inet import IP, UDP
@@ -260,7 +261,7 @@ def _measure(args, measure):
 
 
 def run_traffic(args) -> int:
-    from dataplane.traffic.bench import bench_traffic
+    from dataplane.traffic.bench import bench_traffic   # deferred: it imports scapy
 
     result = _measure(args, bench_traffic)
     if result is None:
@@ -294,7 +295,7 @@ def run_queue(args) -> int:
 
 
 def run_fabric(args) -> int:
-    from dataplane.traffic.fabricbench import bench_fabric
+    from dataplane.traffic.fabricbench import bench_fabric   # deferred: it imports scapy and bcc
 
     lifecycle.require_root()
     if args.scale > 1:
@@ -343,7 +344,7 @@ def _fmt_kilo(value) -> str:
 
 
 def run_ui(args) -> int:
-    from dataplane.ui.bench import bench_ui
+    from dataplane.ui.bench import bench_ui   # deferred: it imports aiohttp
 
     lifecycle.require_root()
     result = bench_ui(duration_s=args.duration, interval_s=args.interval, lab=args.lab)

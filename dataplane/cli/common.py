@@ -5,6 +5,8 @@ import argparse
 import math
 import sys
 
+from rich.console import Console
+
 from dataplane.errors import RuntimeStateError
 from dataplane.runtime import state
 
@@ -31,9 +33,6 @@ def single_lab(lab: str | None) -> str:
 def output_console():
     """A rich Console for a command's output. Piped or redirected output gets no width
     limit (rich would cut tables to 80 columns and hide digits); a terminal its own width."""
-
-    from rich.console import Console
-
     return Console(width=None if sys.stdout.isatty() else 1000)
 
 

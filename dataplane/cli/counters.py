@@ -9,10 +9,9 @@ from rich.table import Table
 
 from dataplane.agent import client
 from dataplane.agent.protocol import CounterSnapshot
-from dataplane.cli.common import load_lab, single_lab
+from dataplane.cli.common import load_lab, output_console, single_lab
 from dataplane.lb import Fabric
 from dataplane.units import fmt_speed
-from dataplane.cli.common import output_console
 
 
 def register(sub) -> None:

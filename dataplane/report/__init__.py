@@ -9,6 +9,7 @@ Input everywhere: the runner's RUN dicts (see metrics' docstring), grouped by mo
 from __future__ import annotations
 
 from dataplane.report.metrics import expected_idle, group_runs, mode_summary, run_metrics
+from dataplane.report.table import render_text
 
 
 def write_plots(results, folder):
@@ -16,12 +17,6 @@ def write_plots(results, folder):
     from dataplane.report.plots import write_plots as _write
 
     return _write(results, folder)
-
-
-def render_text(results, title=None):
-    from dataplane.report.table import render_text as _render
-
-    return _render(results, title)
 
 
 __all__ = ["expected_idle", "group_runs", "mode_summary", "run_metrics", "write_plots", "render_text"]

@@ -37,7 +37,8 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from dataplane.report.metrics import SENDING_LEAF_SHARE, max_mean   # (imports this module lazily)
+from dataplane.report.metrics import SENDING_LEAF_SHARE, host_port_links, max_mean   # (imports this module lazily)
+from dataplane.topology.model import Endpoint
 
 # (lower role, upper role) of the links that leave a leaf for a spine
 _LEAF_SPINE = ("leaf", "spine")
@@ -45,13 +46,7 @@ _LEAF_SPINE = ("leaf", "spine")
 
 def _host_links(run: dict) -> dict[str, tuple[str, float]]:
     """Host NIC ("srv1:nic0") -> (its leaf, the link's emulated speed b/s)."""
-    out = {}
-    for link in run.get("links", []):
-        if link.get("a_role") == "host" and link.get("b_role") == "leaf":
-            out[link["a"]] = (link["b"].split(":", 1)[0], float(link.get("scaled_bps") or 0))
-        elif link.get("b_role") == "host" and link.get("a_role") == "leaf":
-            out[link["b"]] = (link["a"].split(":", 1)[0], float(link.get("scaled_bps") or 0))
-    return out
+    return {port: (leaf, float(link.get("scaled_bps") or 0)) for port, (leaf, link) in host_port_links(run).items()}
 
 
 def _leaf_uplinks(run: dict) -> list[dict]:
@@ -65,7 +60,7 @@ def _leaf_uplinks(run: dict) -> list[dict]:
             low, up, down = link["b"], link.get("bytes_ba", 0), link.get("bytes_ab", 0)
         else:
             continue
-        out.append({"leaf": low.split(":", 1)[0], "port": low, "up_bytes": int(up or 0),
+        out.append({"leaf": Endpoint.parse(low).node, "port": low, "up_bytes": int(up or 0),
                     "down_bytes": int(down or 0), "speed": float(link.get("scaled_bps") or 0)})
     return out
 

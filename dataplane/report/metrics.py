@@ -85,6 +85,7 @@ from collections import defaultdict
 
 import numpy as np
 
+from dataplane.topology.model import Endpoint
 from dataplane.traffic import roce
 
 IDLE_FRACTION = 0.01
@@ -144,7 +145,7 @@ def uplinks(run: dict) -> list[dict]:
         load = nbytes * 8 / d
         scaled = link.get("scaled_bps")
         out.append({
-            "name": lower, "lower": lower, "upper": upper, "node": lower.split(":", 1)[0], "tier": tier,
+            "name": lower, "lower": lower, "upper": upper, "node": Endpoint.parse(lower).node, "tier": tier,
             "bytes": nbytes, "packets": int(link.get(f"packets_{direction}") or 0), "load_bps": load,
             "speed_bps": link.get("speed_bps"), "scaled_bps": scaled,
             "util": load / scaled if scaled else None,
@@ -217,15 +218,20 @@ def reorder_histogram(run: dict) -> dict[int, int]:
     return dict(sorted(hist.items()))
 
 
-def _host_port_leaf(run: dict) -> dict[str, str]:
-    """host port "srv1:nic0" -> the leaf node it is cabled to."""
+def host_port_links(run: dict) -> dict[str, tuple[str, dict]]:
+    """host port "srv1:nic0" -> (the leaf node it is cabled to, the link's record)."""
     out = {}
     for link in run.get("links", []):
         if link.get("a_role") == "host" and link.get("b_role") == "leaf":
-            out[link["a"]] = link["b"].split(":", 1)[0]
+            out[link["a"]] = (Endpoint.parse(link["b"]).node, link)
         elif link.get("b_role") == "host" and link.get("a_role") == "leaf":
-            out[link["b"]] = link["a"].split(":", 1)[0]
+            out[link["b"]] = (Endpoint.parse(link["a"]).node, link)
     return out
+
+
+def _host_port_leaf(run: dict) -> dict[str, str]:
+    """host port "srv1:nic0" -> the leaf node it is cabled to."""
+    return {port: leaf for port, (leaf, _) in host_port_links(run).items()}
 
 
 def _leaf_of(endpoint: str, port_leaf: dict[str, str]) -> str | None:
@@ -332,9 +338,15 @@ def leaf_uplink_balance(run: dict, after_s: float = 0.0) -> float | None:
     if start is samples[-1]:
         start = samples[-2]
     end = samples[-1]
+    return _worst_sending_leaf({port: n - start["tx_bytes"].get(port, 0) for port, n in end["tx_bytes"].items()})
+
+
+def _worst_sending_leaf(uplink_bytes: dict[str, float]) -> float | None:
+    """Uplink "leaf:port" -> bytes it sent: the worst max/mean over the uplinks of a
+    sending leaf (one that sent SENDING_LEAF_SHARE of the busiest leaf's bytes at least)."""
     per_leaf: dict[str, list[float]] = defaultdict(list)
-    for port, n in end["tx_bytes"].items():
-        per_leaf[port.split(":", 1)[0]].append(n - start["tx_bytes"].get(port, 0))
+    for port, n in uplink_bytes.items():
+        per_leaf[Endpoint.parse(port).node].append(n)
     busiest = max((sum(v) for v in per_leaf.values()), default=0)
     worst = [max_mean(v) for v in per_leaf.values() if busiest and sum(v) >= SENDING_LEAF_SHARE * busiest]
     return max(worst) if worst else None
@@ -356,12 +368,7 @@ def nav_balance(run: dict) -> float | None:
     for r in rounds[1:]:
         for port, n in r["uplink_bytes"].items():
             per_port[port] += n
-    per_leaf: dict[str, list[float]] = defaultdict(list)
-    for port, n in per_port.items():
-        per_leaf[port.split(":", 1)[0]].append(n)
-    busiest = max((sum(v) for v in per_leaf.values()), default=0)
-    worst = [max_mean(v) for v in per_leaf.values() if busiest and sum(v) >= SENDING_LEAF_SHARE * busiest]
-    return max(worst) if worst else None
+    return _worst_sending_leaf(per_port)
 
 
 def pfc_metrics(run: dict, d: float) -> dict:

@@ -34,7 +34,7 @@ from matplotlib.transforms import blended_transform_factory
 from dataplane.report import metrics as m
 from dataplane.report import sweep
 from dataplane.report.table import fmt_bps, fmt_us
-from dataplane.topology.model import TIER
+from dataplane.topology.model import TIER, Endpoint
 
 DPI = 110
 PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2",
@@ -54,6 +54,11 @@ def _rate_unit(max_bps: float) -> tuple[float, str]:
 
 def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "_", text).strip("_") or "mode"
+
+
+def _node(ref: str) -> str:
+    """The node of a link end ("leaf1:up1" -> "leaf1")."""
+    return Endpoint.parse(ref).node
 
 
 def _colour(i: int) -> str:
@@ -174,7 +179,7 @@ def _group_ticks(ax, ups: list[dict]) -> None:
     """Port names as tick labels, the switch name once under its group of bars."""
 
     n = len(ups)
-    ports = [u["lower"].split(":", 1)[-1] for u in ups]
+    ports = [Endpoint.parse(u["lower"]).interface for u in ups]
     fontsize = 8 if n <= 16 else (7 if n <= 32 else 5.5)
     ax.set_xticks(range(n))
     ax.set_xticklabels(ports, rotation=90, fontsize=fontsize)
@@ -369,7 +374,7 @@ def plot_fabric(run: dict, path, *, vmax_bps: float | None = None, title: str | 
     pos = fabric_layout(run)
     roles = {n["name"]: n.get("role", "host") for n in run.get("nodes", [])}
     links = [l for l in run.get("links", [])
-             if l["a"].split(":", 1)[0] in pos and l["b"].split(":", 1)[0] in pos]
+             if _node(l["a"]) in pos and _node(l["b"]) in pos]
     use_util = bool(links) and all(l.get("scaled_bps") for l in links)
     values = []
     for l in links:
@@ -395,7 +400,7 @@ def plot_fabric(run: dict, path, *, vmax_bps: float | None = None, title: str | 
         spread = min(0.7 * min_gap, 0.12 * p) if p > 1 else 0.0
         for k, i in enumerate(members):
             l = links[i]
-            (xa, ya), (xb, yb) = pos[l["a"].split(":", 1)[0]], pos[l["b"].split(":", 1)[0]]
+            (xa, ya), (xb, yb) = pos[_node(l["a"])], pos[_node(l["b"])]
             dx = (k / (p - 1) - 0.5) * spread if p > 1 else 0.0
             segs.append([(xa + dx, ya), (xb + dx, yb)])
             v = values[i]
@@ -498,7 +503,7 @@ def _link_pairs(links: list[dict]) -> dict[frozenset, list[int]]:
     """Indexes of the links between each pair of nodes, pairs in first-seen order."""
     pairs: dict[frozenset, list[int]] = {}
     for i, l in enumerate(links):
-        pairs.setdefault(frozenset((l["a"].split(":", 1)[0], l["b"].split(":", 1)[0])), []).append(i)
+        pairs.setdefault(frozenset((_node(l["a"]), _node(l["b"]))), []).append(i)
     return pairs
 
 

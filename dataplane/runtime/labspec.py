@@ -17,7 +17,7 @@ from ipaddress import IPv4Network
 from dataplane import controller
 from dataplane.errors import TopologyError
 from dataplane.topology.addressing import plan_addresses
-from dataplane.topology.model import Topology
+from dataplane.topology.model import Endpoint, Topology
 
 NETNS_PREFIX = "railab-"
 # containerlab links each container's namespace as /run/netns/<prefix>-<lab>-<node>; railab
@@ -65,7 +65,7 @@ class InterfaceSpec:
     @property
     def peer_node(self) -> str:
         """The node at the far end of the link."""
-        return self.peer.split(":", 1)[0]
+        return self.peer.split(":", 1)[0]    # split, not Endpoint.parse: a hot path at deploy
 
     @property
     def peer_if(self) -> str:
@@ -168,6 +168,13 @@ class LabSpec:
         """The node and interface (host or switch) that own a MAC address."""
         return self._table("mac").get(mac.lower())
 
+    def endpoint(self, ref: str) -> tuple[NodeSpec, InterfaceSpec]:
+        """'node:interface' -> that node and interface (KeyError if the lab has none,
+        ValueError if ref is not NODE:INTERFACE)."""
+        end = Endpoint.parse(ref)
+        node = self.node(end.node)
+        return node, node.interface(end.interface)
+
     def far_end(self, iface: InterfaceSpec) -> tuple[NodeSpec, InterfaceSpec]:
         """The node and interface at the other end of iface's link."""
         peer = self.node(iface.peer_node)
@@ -186,6 +193,17 @@ class LabSpec:
                 if key not in done:
                     done.add(key)
                     yield (node, iface, *self.far_end(iface))
+
+    def select_switches(self, switch: str | None, role: str | None) -> list[NodeSpec]:
+        """The switches a request means: the one named and/or every one of a role (None:
+        any); ValueError naming the lab's switches if none matches."""
+        nodes = [n for n in self.switches
+                 if (switch is None or n.name == switch) and (role is None or n.role == role)]
+        if not nodes:
+            known = [f"{n.name} ({n.role})" for n in self.switches]
+            shown = ", ".join(known[:10]) + (f", ... ({len(known) - 10} more)" if len(known) > 10 else "")
+            raise ValueError(f"no switch matches switch={switch!r} role={role!r}; switches: {shown}")
+        return nodes
 
     @property
     def switches(self) -> list[NodeSpec]:

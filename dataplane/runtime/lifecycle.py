@@ -137,17 +137,28 @@ def deploy(spec: LabSpec) -> DeployResult:
                         report.get("phases", {}), report.get("bpf_cache", ""))
 
 
-class _signals_held:
-    """Ignore Ctrl-C and SIGTERM for the duration (cleanup that must finish)."""
+class _StopSignals:
+    """Ctrl-C and SIGTERM handled by `handler` for the duration, as before after it."""
+
+    def __init__(self, handler):
+        self.handler = handler
+        self.previous = {}
 
     def __enter__(self):
-        self.previous = {sig: signal.signal(sig, signal.SIG_IGN) for sig in (signal.SIGINT, signal.SIGTERM)}
+        self.previous = {sig: signal.signal(sig, self.handler) for sig in (signal.SIGINT, signal.SIGTERM)}
         return self
 
     def __exit__(self, *exc):
         for sig, handler in self.previous.items():
             signal.signal(sig, handler)
         return False
+
+
+class _signals_held(_StopSignals):
+    """Ignore Ctrl-C and SIGTERM for the duration (cleanup that must finish)."""
+
+    def __init__(self):
+        super().__init__(signal.SIG_IGN)
 
 
 def _pid_alive(pid: int) -> bool:
@@ -160,13 +171,13 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
-class _InterruptGuard:
+class _InterruptGuard(_StopSignals):
     """Ctrl-C or SIGTERM during a deploy: raise KeyboardInterrupt at once, and again at
     the next step boundary in case a library swallowed the first one."""
 
     def __init__(self):
+        super().__init__(self._handler)
         self.fired = False
-        self.previous = {}
 
     def _handler(self, signum, frame):
         self.fired = True
@@ -175,16 +186,6 @@ class _InterruptGuard:
     def check(self) -> None:
         if self.fired:
             raise KeyboardInterrupt
-
-    def __enter__(self):
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            self.previous[sig] = signal.signal(sig, self._handler)
-        return self
-
-    def __exit__(self, *exc):
-        for sig, handler in self.previous.items():
-            signal.signal(sig, handler)
-        return False
 
 
 def _start_agent(lab: str):

@@ -40,6 +40,15 @@ class Endpoint:
     def __str__(self) -> str:
         return f"{self.node}:{self.interface}"
 
+    @classmethod
+    def parse(cls, text: str) -> "Endpoint":
+        """'leaf1:up1' -> Endpoint('leaf1', 'up1'); ValueError without a ':'. The one
+        reader of the "node:interface" names in lab specs, records and requests."""
+        node, sep, interface = str(text).partition(":")
+        if not sep:
+            raise ValueError(f"expected NODE:INTERFACE, got {text!r}")
+        return cls(node, interface)
+
 
 @dataclass
 class Node:

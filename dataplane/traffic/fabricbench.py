@@ -6,18 +6,27 @@ once with the XDP switches and once with Linux forwarding (`--dataplane kernel`)
 """
 from __future__ import annotations
 
+import ctypes
 import json
 import os
+import platform
 import shutil
+import statistics
 import subprocess
 import tempfile
 import time
+import uuid
 from contextlib import contextmanager
 from dataclasses import dataclass
-from ipaddress import IPv4Interface
+from ipaddress import IPv4Address, IPv4Interface, IPv4Network
+from pathlib import Path
 
+from dataplane.bpfio import attach_xdp, detach_xdp
+from dataplane.lb import Fabric
 from dataplane.netns_util import in_netns
+from dataplane.runtime import labspec, lifecycle
 from dataplane.runtime.labspec import LabSpec
+from dataplane.topology.clab import read as load_topology
 from dataplane.traffic.bench import TRAFGEN, link_stats, stop_group, veth_pair
 
 FIRST_SPORT = 10000
@@ -194,7 +203,6 @@ int xdp_bare(struct xdp_md *ctx) {
 def path_hops(spec: LabSpec, path: FabricPath) -> list[tuple]:
     """(switch node, ingress interface, egress interface) from the sender's leaf to the
     receiver's, following each switch's first next hop towards the receiver."""
-    from ipaddress import IPv4Address, IPv4Network
     nodes = {n.name: n for n in spec.nodes}
     sender = next(n for n in spec.hosts if n.netns == path.tx_ns)
     iface = sender.interface(path.tx_if)
@@ -234,14 +242,12 @@ class BareForwarder:
         return self
 
     def attach(self, mode: str = "drv") -> None:
-        from dataplane.bpfio import attach_xdp
         for node in self.spec.switches:
             for i in node.interfaces:
                 attach_xdp(node.netns, i.ifindex, self.fn.fd, mode=mode)
                 self.attached.append((node.netns, i.ifindex))
 
     def detach(self) -> None:
-        from dataplane.bpfio import detach_xdp
         while self.attached:
             netns, ifindex = self.attached.pop()
             try:
@@ -257,7 +263,6 @@ class BareForwarder:
 
 
 def _mac(text: str):
-    import ctypes
     return (ctypes.c_ubyte * 6)(*bytes.fromhex(text.replace(":", "")))
 
 
@@ -291,7 +296,6 @@ DEFAULT_SCALE = 0.1     # 400G ports x 0.1 = 40 Gb/s emulated: above what 2 core
 
 
 def _median(values: list[float]) -> float:
-    import statistics
     return statistics.median(values)
 
 
@@ -302,14 +306,6 @@ def bench_fabric(*, duration_s: float = 1.5, repeat: int = 3, scale: float = DEF
     turn `repeat` times per row so all see the same machine load; rows: 64 and 1,500-byte frames x 1 and 64 flows x
     port model off and on (virtual queue at `scale`). With `bare`, rows of the minimal
     XDP forwarder (BARE_FORWARDER) on the kernel lab, next to the kernel again."""
-    import platform
-    import uuid
-    from pathlib import Path
-
-    from dataplane.lb import Fabric
-    from dataplane.runtime import labspec, lifecycle
-    from dataplane.topology.clab import read as load_topology
-
     log = log or (lambda text: None)
     lab_file = Path(__file__).resolve().parents[2] / "labs" / "clos2" / "clos2.clab.yml"
     tag = uuid.uuid4().hex[:6]

@@ -82,6 +82,15 @@ def _pct(sorted_vals: list[int], q: float) -> int:
     return sorted_vals[i]
 
 
+def _summary(values) -> dict[str, float]:
+    """count, min, p50, p99, max and mean of some nanosecond values ({count: 0} if none)."""
+    v = sorted(values)
+    if not v:
+        return {"count": 0}
+    return {"count": len(v), "min": v[0], "p50": _pct(v, 0.5), "p99": _pct(v, 0.99),
+            "max": v[-1], "mean": statistics.fmean(v)}
+
+
 @dataclass
 class FlowStats:
     flow_id: int
@@ -128,18 +137,10 @@ class FlowStats:
         return self.lost / tot if tot else 0.0
 
     def latency_summary(self) -> dict[str, float]:
-        v = sorted(self.latencies_ns)
-        if not v:
-            return {"count": 0}
-        return {"count": len(v), "min": v[0], "p50": _pct(v, 0.5), "p99": _pct(v, 0.99),
-                "max": v[-1], "mean": statistics.fmean(v)}
+        return _summary(self.latencies_ns)
 
     def completion_summary(self) -> dict[str, float]:
-        v = sorted(self.completions_ns.values())
-        if not v:
-            return {"count": 0}
-        return {"count": len(v), "min": v[0], "p50": _pct(v, 0.5), "p99": _pct(v, 0.99),
-                "max": v[-1], "mean": statistics.fmean(v)}
+        return _summary(self.completions_ns.values())
 
     def to_dict(self) -> dict:
         dur = (self.last_rx_ns - self.first_rx_ns) / 1e9

@@ -18,7 +18,11 @@ import time
 import uuid
 from pathlib import Path
 
+from aiohttp import ClientSession
+
 from dataplane.errors import RuntimeStateError
+from dataplane.runtime import labspec, lifecycle, state
+from dataplane.topology.generate import generate
 from dataplane.traffic.bench import stop_group
 
 TICK = os.sysconf("SC_CLK_TCK")
@@ -42,8 +46,6 @@ def _start_server(lab: str, interval_s: float) -> tuple[subprocess.Popen, str]:
 
 
 async def _subscribe(base: str, lab: str, duration_s: float, server_pid: int, agent_pid: int | None) -> dict:
-    from aiohttp import ClientSession
-
     arrivals, sizes = [], []
     async with ClientSession() as session:
         async with session.ws_connect(f"{base}/api/labs/{lab}/ws".replace("http", "ws", 1)) as ws:
@@ -74,9 +76,6 @@ async def _subscribe(base: str, lab: str, duration_s: float, server_pid: int, ag
 
 
 def bench_ui(duration_s: float = 30.0, interval_s: float = 0.5, lab: str | None = None) -> dict:
-    from dataplane.runtime import labspec, lifecycle, state
-    from dataplane.topology.generate import generate
-
     deployed_here = lab is None
     if deployed_here:
         topo = generate("dual-plane", name=f"bench-ui-{uuid.uuid4().hex[:6]}", servers=32, rails=8, spines=4)

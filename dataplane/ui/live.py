@@ -14,20 +14,17 @@ from __future__ import annotations
 
 from dataplane.agent.protocol import LOAD_FIELDS
 from dataplane.cli.top import PortRow
+from dataplane.topology.model import Endpoint
 
 UP, DOWN, PAUSED = 0, 1, 2          # link states on the wire
 (TX, RX, ECN, DROPS, SPEED, QUEUE, PAUSED_NS, PAUSING, PORT_UP) = (LOAD_FIELDS.index(f) for f in (
     "tx_bytes", "rx_bytes", "ecn_marked", "drops", "speed_bps", "queue_bytes", "paused_ns", "pausing", "up"))
 
 
-def _split(ref: str) -> tuple[str, str]:
-    node, port = ref.split(":", 1)
-    return node, port
-
-
 def plan(links: list[dict]) -> list[tuple[str, str, str, str]]:
     """Per link (layout order) its ends as (a node, a port, b node, b port)."""
-    return [(*_split(link["a"]), *_split(link["b"])) for link in links]
+    ends = [(Endpoint.parse(link["a"]), Endpoint.parse(link["b"])) for link in links]
+    return [(a.node, a.interface, b.node, b.interface) for a, b in ends]
 
 
 def _grown(now: int, before: int) -> int:

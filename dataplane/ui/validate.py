@@ -58,10 +58,9 @@ def lb_request(body, spec: LabSpec) -> dict:
 
 
 def _port(spec: LabSpec, ref: str, what: str) -> None:
-    node, _, port = ref.partition(":")
     try:
-        spec.node(node).interface(port)
-    except KeyError:
+        spec.endpoint(ref)
+    except (KeyError, ValueError):
         raise BadRequest(f"{what}: lab {spec.name} has no interface {ref!r} (NODE:INTERFACE)") from None
 
 
@@ -82,7 +81,7 @@ def fault_request(body, spec: LabSpec) -> dict:
     if kind in LINK_FAULTS:
         a = _string(body, "a", "fault")
         _port(spec, a, "fault")
-        peer = spec.node(a.split(":", 1)[0]).interface(a.split(":", 1)[1]).peer
+        peer = spec.endpoint(a)[1].peer
         if "b" in body:
             b = _string(body, "b", "fault")
             _port(spec, b, "fault")

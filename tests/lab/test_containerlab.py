@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from dataplane.runtime import agent_client, containerlab, state
+from dataplane.agent import client
+from dataplane.runtime import containerlab, state
 
 from .conftest import (RAILAB, ROOT, bpf_prog_exists, wait_for, leftovers, railab, shipped, unique_name,
                        xdp_prog_ids_in)
@@ -48,9 +49,7 @@ def _containers(lab: str) -> list[str]:
 
 
 def _member_packets(lab: str) -> dict[str, int]:
-    counters = agent_client.request(lab, "counters")["switches"]
-    return {sw: sum(m["packets"] for g in data["groups"].values() for m in g["members"])
-            for sw, data in counters.items()}
+    return {switch: sw.member_packets() for switch, sw in client.counters(lab).switches.items()}
 
 
 @pytest.mark.parametrize("kind", KINDS)

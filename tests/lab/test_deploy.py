@@ -11,9 +11,10 @@ from pathlib import Path
 
 import pytest
 
+from dataplane.agent import client
 from dataplane.netns_util import in_netns
 from dataplane.probe import run_probe
-from dataplane.runtime import agent_client, state
+from dataplane.runtime import state
 from dataplane.traffic import iperf
 
 from .conftest import (RAILAB, ROOT, bpf_prog_exists, wait_for, leftovers, railab, shipped,
@@ -25,11 +26,7 @@ DATA = Path(__file__).parent / "data"
 
 def _forwarded_by_xdp(spec) -> dict[str, int]:
     """Packets each switch forwarded, from the data plane's own group-member counters."""
-    counters = agent_client.request(spec.name, "counters")["switches"]
-    return {
-        switch: sum(m["packets"] for g in data["groups"].values() for m in g["members"])
-        for switch, data in counters.items()
-    }
+    return {switch: sw.member_packets() for switch, sw in client.counters(spec.name).switches.items()}
 
 
 def _read_sysctl(netns: str, key: str) -> str:

@@ -329,3 +329,27 @@ def test_learned_host_routes_follow_the_controllers_next_hop_rule():
     gid = p.routing.host_routes[("p0-spine1", "10.0.1.3/32")]
     assert p.routing.members[gid] == segment.nexthops
     assert p.routing.members[p.routing.host_routes[(leaf.name, "10.0.1.3/32")]] == ["down2"]
+
+
+def test_counters_verb_shows_the_lab_wide_verdicts_and_drops(monkeypatch, capsys):
+    """`railab counters` shows every XDP verdict and the drops by reason of the whole lab:
+    the data path counted them on every packet and no command showed them (a frame from
+    an unknown port is dropped before any port owns it, so only this table counts it)."""
+    from dataplane.cli import counters as counters_verb
+
+    p = programmed()
+    p.dp.drop_counters = lambda: {**{name: 0 for name in abi.DROP_REASONS.values()}, "unknown_port": 7}
+    p.dp.verdict_counters = lambda: {name: {"packets": 0, "bytes": 0} for name in abi.XDP_ACTIONS.values()} | \
+        {"drop": {"packets": 7, "bytes": 420}}
+    snap = proto.CounterSnapshot.from_wire(p.counters())
+    monkeypatch.setattr(counters_verb, "single_lab", lambda lab: "unitlab")
+    monkeypatch.setattr(counters_verb, "load_lab", lambda lab: SimpleNamespace(spec=p.spec))
+    monkeypatch.setattr(counters_verb.client, "counters", lambda lab, switch=None: snap)
+    monkeypatch.setenv("COLUMNS", "200")
+    args = SimpleNamespace(lab=None, switch=None, json=False, links=False, flows=False)
+    assert counters_verb.run(args) == 0
+    out = capsys.readouterr().out
+    rows = {cells[0]: cells[1:] for line in out.splitlines()
+            if (cells := [c.strip() for c in line.strip()[1:-1].split("│")]) and len(cells) == 3}
+    assert rows["drop: unknown_port"][0] == "7"
+    assert rows["drop"] == ["7", "420"]
