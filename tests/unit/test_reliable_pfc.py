@@ -14,20 +14,12 @@ from dataplane.report import metrics
 from dataplane.traffic import reliable, sender
 from dataplane.traffic import transport as tp
 from dataplane.traffic.workload import Flow, Message
+from recordingwire import RecordingWire
 
 LINE_BPS = 10e6
 ROOT = Path(__file__).resolve().parents[2]
 
 
-class _Wire:
-    """A tx socket that records (monotonic ns, frame) instead of sending."""
-
-    def __init__(self):
-        self.sent: list[tuple[int, bytes]] = []
-
-    def send(self, buf) -> int:
-        self.sent.append((time.monotonic_ns(), bytes(buf)))
-        return len(buf)
 
 
 def _flow(flow_id: int, dscp: int) -> Flow:
@@ -38,7 +30,7 @@ def _flow(flow_id: int, dscp: int) -> Flow:
 
 
 def _run(flows, gate):
-    wire = _Wire()
+    wire = RecordingWire()
     quiet_a, quiet_b = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)   # no feedback arrives
     quiet_a.setblocking(False)
     try:

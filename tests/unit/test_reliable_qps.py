@@ -10,17 +10,11 @@ import time
 from dataplane.traffic import reliable, roce, sender
 from dataplane.traffic import transport as tp
 from dataplane.traffic.workload import Flow, Message
+from recordingwire import RecordingWire
 
 LINE_BPS = 20e6
 
 
-class _Wire:
-    def __init__(self):
-        self.sent: list[tuple[int, bytes]] = []
-
-    def send(self, buf) -> int:
-        self.sent.append((time.monotonic_ns(), bytes(buf)))
-        return len(buf)
 
 
 def _flow(flow_id: int, size: int, start_ns: int = 0) -> Flow:
@@ -32,7 +26,7 @@ def _flow(flow_id: int, size: int, start_ns: int = 0) -> Flow:
 
 def _send_all(flows) -> tuple[int, list[tuple[int, int]]]:
     """(start ns, [(send ns, destination QP)]) of every frame the sender put on the wire."""
-    wire = _Wire()
+    wire = RecordingWire()
     quiet_a, quiet_b = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
     quiet_a.setblocking(False)
     try:
