@@ -191,6 +191,9 @@ def run(tx: dict[str, socket.socket], rx: list[socket.socket], queued: list[tupl
         if pending and pending[-1][3]:
             wait = min(wait, start + pending[-1][3][0][0] - now)
         select.select(waitable, [], [], max(wait, 0) / 1e9)
+    for port, flow, psn0, pkts in pending:      # the run ended before their messages came
+        qps.append(_Qp(flow, port, pkts, psn0, tp.Requester(len(pkts), cfg, scale, start), None,
+                       line_bps[port], start))
     per_flow = {}
     report = {}
     for qp in qps:
