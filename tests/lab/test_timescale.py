@@ -3,6 +3,8 @@ same dimensionless results -- loss %, reorder %, uplink max/mean (per sending le
 fabric-wide) and pause fraction -- within 10 % for ECMP, flowlet, spray-rr and ECMP with
 PFC. Values near zero are compared with an absolute margin instead (RELATIVE_FLOOR): 10 %
 of 0.02 % reordering is not something two runs on a shared 2-core machine can agree on.
+The scales are slow ones (1 Mb/s and 250 kb/s ports): on a slower machine of the CI kind
+the pair 2 Mb/s / 500 kb/s disagreed on flowlet's loss in every run (README, "One clock").
 
 The experiment is written in real-fabric terms and turned into wall-clock values for each
 scale: 8 elephants from rail 0's leaf (8 uplinks) across the rails, each at 5/8 of a
@@ -26,12 +28,12 @@ from dataplane.experiment import spec as experiment_spec
 
 from .conftest import shipped
 
-SCALES = (5e-6, 1.25e-6)       # 400G ports at 2 Mb/s (the demo's) and at 500 kb/s
+SCALES = (2.5e-6, 6.25e-7)     # 400G ports at 1 Mb/s and at 250 kb/s
 NOMINAL_BPS = 400e9
 STAGGER_US, DURATION_US = 2.5, 30.0            # real-fabric microseconds
 # utilisation window: ~27 frames of an elephant in each (a steady estimate); an uplink
 # reads as loaded one window after its elephant starts, long before the next one starts;
-# a host stalled for less than 4 windows (0.4 s of wall time at the faster scale) does
+# a host stalled for less than 4 windows (1.6 s of wall time at the faster scale) does
 # not make its uplink read as idle
 WINDOW_US = 1.0
 # Each elephant at 5/8 of a port: in the middle of flowlet's third load band (1/2-3/4 of
@@ -89,7 +91,7 @@ def test_the_same_experiment_at_two_scales_gives_the_same_results(lab_factory, t
         assert run["ecmp"]["loss_pct"] > 0 and run["ecmp"]["leaf_uplink_max_mean"] > 1.3
         assert run["spray-rr"]["leaf_uplink_max_mean"] < 1.1 and run["spray-rr"]["loss_pct"] == 0
         # (a starved agent can pause late: a few headroom drops, far fewer than without PFC)
-        assert run["ecmp pfc"]["pause_fraction"] > 0.1
+        assert run["ecmp pfc"]["pause_fraction"] > 0.05      # measured 0.14 at these scales
         assert run["ecmp pfc"]["loss_pct"] < run["ecmp"]["loss_pct"] / 4
     different = {(label, key): (fast[label][key], slow[label][key])
                  for label in fast for key, floor in RELATIVE_FLOOR.items()
