@@ -445,12 +445,17 @@ static __always_inline int queue_admit(struct port_queue *q, __u64 now, __u64 tx
         sample = elapsed ? busy * UTIL_ONE / elapsed : 0;
         if (sample > UTIL_ONE)
             sample = UTIL_ONE;
-        /* idle for several windows: the old average says nothing any more; and a port
-         * whose average is 0 (idle) takes its first busy window as it is, so a port that
-         * has just started carrying a flow reads as loaded after one window, not only
-         * after the 3/4 average has crept up over several (flowlet's least-loaded pick
-         * would see a half-risen average as a lower band) */
-        q->util = elapsed > 4 * (__u64)q->win_ns || !q->util ? sample : (q->util * 3 + sample) >> 2;
+        /* A window that stayed open for more than 4 windows spans an idle stretch: the
+         * port was idle (util 0), whatever the first frame's share of that stretch -- a
+         * share that depends on how long the idle lasted, so on the time scale, and that
+         * would make the next, busy window's average come out half-risen. A port whose
+         * average is 0 takes its first busy window as it is, so a port that has just
+         * started carrying a flow reads as loaded after one window, not only after the
+         * 3/4 average has crept up over several (flowlet's least-loaded pick would see a
+         * half-risen average as a lower band and put a second flow there). */
+        if (elapsed > 4 * (__u64)q->win_ns)
+            sample = 0;
+        q->util = !q->util ? sample : (q->util * 3 + sample) >> 2;
     }
     return drop;
 }

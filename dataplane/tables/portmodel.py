@@ -112,6 +112,12 @@ class PortModelTables:
         accounts = self.maps.array_values("pfc_port", max(slots.values()) + 1, abi.PfcPort)
         return {ifx: accounts[slot] for ifx, slot in slots.items()}
 
+    def pfc_accounts(self, count: int):
+        """The raw PFC accounts of slots 0..count-1 in one batch lookup, indexed by slot
+        (the agent's PFC thread, whose poll is PFC's reaction time, resolves the slots of
+        its ports once)."""
+        return self.maps.array_values("pfc_port", count, abi.PfcPort)
+
     @staticmethod
     def pfc_occupancy_of(pp: "abi.PfcPort", now: int, still_held) -> int:
         """Lossless bytes of an ingress account still waiting in egress queues at `now`:

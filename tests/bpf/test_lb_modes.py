@@ -404,6 +404,38 @@ def test_utilisation_tracks_offered_load(dp, lab, mode):
         dp.tm_del(SW, src="10.9.0.2", dst="10.41.0.1", sport=3, dport=4, proto="udp")
 
 
+def test_a_port_back_from_idle_reads_its_first_busy_window_as_it_is(dp, lab, mode):
+    """The window that closes after an idle stretch says the port was idle, whatever one
+    frame's share of that stretch was (a share that shrinks with the idle's length, so
+    with the time scale); the next window, busy, is the average as it is -- not a quarter
+    of it on top of that share, which flowlet's least-loaded pick read as "nearly idle"
+    and put a second elephant on the port."""
+    window_ns = 100_000_000
+    dp.set_port_model(EG[0], speed_bps=1_000_000, buffer_bytes=10**6, window_us=window_ns // 1000)
+    dp.tm_add(SW, src="10.9.0.2", dst="10.41.0.1", sport=5, dport=6, proto="udp",
+              egress_ifindex=EG[0], dmac=NH_MAC[EG[0]])
+    slot = ct.c_uint32(SLOT[EG[0]])
+
+    def window(opened_ns_ago: int, busy_ns: int) -> None:
+        q = abi.PortQueue()
+        assert dp.maps.lookup("port_queue", slot, q)
+        now = time.monotonic_ns()
+        q.t_free, q.win_start, q.win_busy_ns = now, now - opened_ns_ago, busy_ns
+        dp.maps.update("port_queue", slot, q, flags=BPF_F_LOCK)
+
+    try:
+        frame = udp("10.41.0.1", sport=5, dport=6, size=1000, ttl=255)    # 8.3 ms at 1 Mb/s
+        poke_queue(dp, EG[0])
+        window(opened_ns_ago=5 * window_ns, busy_ns=0)     # idle for five windows
+        run(dp, lab, frame)
+        assert dp.port_queue_state(EG[0])["utilization"] == 0.0
+        window(opened_ns_ago=window_ns, busy_ns=window_ns // 2)   # then a half-busy window
+        run(dp, lab, frame)
+        assert 0.5 < dp.port_queue_state(EG[0])["utilization"] < 0.7
+    finally:
+        dp.tm_del(SW, src="10.9.0.2", dst="10.41.0.1", sport=5, dport=6, proto="udp")
+
+
 def test_real_queue_port_hands_the_decided_frame_to_tc(dp, lab, mode):
     """A port with a real queue: the frame leaves XDP with XDP_PASS, rewritten as for a
     redirect, with (magic, egress ifindex) in the metadata for tc_handoff."""

@@ -1,10 +1,14 @@
 """One clock: the same experiment at two port-model scales a factor of 4 apart gives the
 same dimensionless results -- loss %, reorder %, uplink max/mean (per sending leaf and
-fabric-wide) and pause fraction -- within 10 % for ECMP, flowlet, spray-rr and ECMP with
-PFC. Values near zero are compared with an absolute margin instead (RELATIVE_FLOOR): 10 %
-of 0.02 % reordering is not something two runs on a shared 2-core machine can agree on.
-The scales are slow ones (1 Mb/s and 250 kb/s ports): on a slower machine of the CI kind
-the pair 2 Mb/s / 500 kb/s disagreed on flowlet's loss in every run (README, "One clock").
+fabric-wide) and pause fraction -- within 10 % for ECMP, flowlet and spray-rr. Values
+near zero are compared with an absolute margin instead (RELATIVE_FLOOR): 10 % of 0.02 %
+reordering is not something two runs on a shared 2-core machine can agree on.
+
+A fourth mode, ECMP with PFC, is held to the margins two full-suite runs measured (LOOSER):
+its pauses are sent by the agent's PFC thread, whose reaction (a poll of every port, a
+few wall-clock ms on this machine) does not stretch with the time scale, so at the
+faster scale it is a larger share of a frame's time; and its pause fraction is the most
+paused port's, decided by a handful of pause cycles in a 30 us run.
 
 The experiment is written in real-fabric terms and turned into wall-clock values for each
 scale: 8 elephants from rail 0's leaf (8 uplinks) across the rails, each at 5/8 of a
@@ -13,10 +17,14 @@ ones), running 30 real us; buffers and thresholds are real bytes. What makes the
 scales agree (README, "One clock"):
 - one lab, so ECMP hashes the same flows onto the same uplinks at both scales;
 - flowlet's scan starts where the flow's hash says and grades loads in bands, so it makes
-  the same choices at both scales;
+  the same choices at both scales; a port back from idle reads its first busy window as
+  it is (bpf/switch.c, queue_admit), not diluted by the idle stretch before it, whose
+  length in real-fabric time depends on the scale;
 - every host starts at one time the runner names, so the flows' phases (which flow's
   frame a full buffer drops) are the same in real-fabric terms;
 - PFC's XON leaves room for the hosts' reaction time, so a paused port never runs dry.
+The scales are slow ones (1 Mb/s and 250 kb/s ports), so that the PFC thread's reaction
+is a small part of a frame's time (8 ms at the faster one).
 """
 from __future__ import annotations
 
@@ -44,13 +52,10 @@ HOSTS = [f"srv{i}" for i in range(1, 9)]
 # metric -> the absolute difference that counts as equal when 10 % of the value is less
 RELATIVE_FLOOR = {"leaf_uplink_max_mean": 0.0, "uplink_max_mean": 0.0, "loss_pct": 0.25,
                   "reorder_pct": 0.25, "pause_fraction": 0.02}
-# (mode, metric) -> (relative, absolute) margin where 10 % is not what the full suite on a
-# 2-core machine of the CI kind reproduces (README, "One clock"): with the same placement
-# flowlet lost 3.36 / 2.36 %; ECMP with PFC paused 0.54 / 0.69 of the run and once dropped
-# 3.6 % in headroom at the slow scale (its PFC thread reacts in wall-clock time, which
-# does not stretch). Everything else is held to 10 %.
-LOOSER = {("flowlet", "loss_pct"): (0.35, 0.25), ("ecmp pfc", "pause_fraction"): (0.3, 0.02),
-          ("ecmp pfc", "loss_pct"): (0.1, 4.0)}
+# (mode, metric) -> (relative, absolute) margin for ECMP with PFC (module doc): two full
+# suites measured pause fractions of 0.54 / 0.69 and once 3.6 % lost in the headroom at
+# the slow scale when the agent was starved
+LOOSER = {("ecmp pfc", "pause_fraction"): (0.3, 0.02), ("ecmp pfc", "loss_pct"): (0.1, 4.0)}
 
 
 def experiment(scale: float, out) -> dict:
