@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.table import Table
 
 from dataplane.report import metrics as m
+from dataplane.report import ranking
 from dataplane.units import fmt_bps, fmt_us  # noqa: F401 (the report's formatters)
 
 # (metric key, column header, formatter kind)
@@ -260,6 +261,25 @@ def build_transport_table(results, title: str | None = None) -> Table | None:
     return table
 
 
+def build_ranking_table(results, title: str | None = None) -> Table | None:
+    """Modes ranked by average FCT slowdown over all messages and per size bucket, tied
+    where the data cannot tell them apart (dataplane.report.ranking); None with fewer
+    than two closed-loop modes."""
+    rows = [r for r in ranking.by_bucket(results) if r["ranking"]]
+    if not rows:
+        return None
+    table = Table(title=f"{title or m.results_title(results)}: modes ranked by average FCT slowdown",
+                  title_justify="left", caption_justify="left",
+                  caption=f"'=': the {ranking.CONFIDENCE:.0%} bootstrap interval of the difference "
+                          "of the two averages includes 0 (every run of a mode pooled)")
+    table.add_column("messages", justify="left", no_wrap=True)
+    table.add_column("best < ... < worst", justify="left")
+    for r in rows:
+        name = "all" if r["lo"] == 0 and r["hi"] is None and r is rows[0] else _bucket_header(r["lo"], r["hi"])
+        table.add_row(name, ranking.text(r["ranking"]))
+    return table
+
+
 PFC_COLUMNS = (
     ("lossless_lost", "lossless\nlost", "count"),
     ("lossy_lost", "lossy\nlost", "count"),
@@ -315,7 +335,7 @@ def tables(results, title: str | None = None) -> list[Table]:
     """Every table of an experiment: the comparison, then the PFC, transport and fault
     tables when there is something to show."""
     extra = [build_pfc_table(results, title), build_transport_table(results, title),
-             build_fault_table(results, title)]
+             build_ranking_table(results, title), build_fault_table(results, title)]
     return [build_table(results, title)] + [t for t in extra if t is not None]
 
 

@@ -1,0 +1,56 @@
+"""Ranking modes by average FCT slowdown: ordered only where a bootstrap says the
+difference is real, tied otherwise; two rankings agree unless they order a pair both ways."""
+from __future__ import annotations
+
+import numpy as np
+
+from dataplane.report import metrics, ranking, table
+
+
+def _draws(mean: float, n: int = 800, seed: int = 0) -> list[float]:
+    """Slowdowns spread like a web-search run's: heavy-tailed around `mean`."""
+    rng = np.random.default_rng(seed)
+    return list(1 + rng.exponential(mean - 1, n))
+
+
+def test_clearly_different_modes_are_ordered_and_close_ones_tie():
+    groups = ranking.rank({"spray-rr": _draws(40, seed=1), "ecmp": _draws(10, seed=2),
+                           "flowlet": _draws(5, seed=3), "spraylink": _draws(5.1, seed=4)})
+    assert groups == [["flowlet", "spraylink"], ["ecmp"], ["spray-rr"]]
+    assert ranking.text(groups) == "flowlet = spraylink < ecmp < spray-rr"
+
+
+def test_the_same_results_always_rank_the_same():
+    data = {"a": _draws(5.0, seed=5), "b": _draws(5.4, seed=6), "c": _draws(5.8, seed=7)}
+    assert len({repr(ranking.rank(data)) for _ in range(3)}) == 1
+
+
+def test_a_mode_without_messages_is_left_out():
+    assert ranking.rank({"ecmp": _draws(10), "idle": []}) == [["ecmp"]]
+
+
+def test_rankings_agree_unless_a_pair_is_ordered_both_ways():
+    first = [["flowlet"], ["ecmp", "spraylink"], ["spray-rr"]]
+    assert ranking.agree(first, [["flowlet", "spraylink"], ["ecmp"], ["spray-rr"]])
+    assert ranking.agree(first, first)
+    assert not ranking.agree(first, [["ecmp"], ["flowlet"], ["spraylink"], ["spray-rr"]])
+    assert not ranking.agree([["a"], ["b"]], [["b"], ["a"]])
+
+
+def _run(slowdowns: list[float], size: int = 32768) -> dict:
+    """A closed-loop run whose messages (all of one size) took `slowdowns` x ideal."""
+    ideal = metrics.ideal_fct_ns(size, 1024, 1e7)
+    return {"flows": [{"line_bps": 1e7, "mtu": 1024,
+                       "transport_rx": {"messages": [[size, s * ideal] for s in slowdowns]}}]}
+
+
+def test_the_report_ranks_all_messages_and_each_size_bucket():
+    view = {"ecmp": [_run(_draws(10, seed=8))], "flowlet": [_run(_draws(5, seed=9))],
+            "spray-rr": [_run(_draws(40, seed=10), size=512)]}
+    rows = ranking.by_bucket(view)
+    assert rows[0] == {"lo": 0, "hi": None, "ranking": [["flowlet"], ["ecmp"], ["spray-rr"]]}
+    # spray-rr's messages are all short, the others' all 16-64 KiB: no bucket holds both
+    assert {(r["lo"], r["hi"]): r["ranking"] for r in rows[1:]}[(16384, 65536)] == [["flowlet"], ["ecmp"]]
+    assert all(r["ranking"] is None for r in rows[1:] if r["lo"] != 16384)
+    text = table.render_text(view, title="t")
+    assert "flowlet < ecmp < spray-rr" in text and "16K-64K" in text
