@@ -85,10 +85,13 @@ def test_reordering_costs_go_back_n_not_selective_repeat(lab, tmp_path):
     out = _run(lab, tmp_path, "spray-transport", duration_s=4.0, workload={"duration_s": 4.0})
     gbn, sr = out["spray-rr gbn"], out["spray-rr sr"]
     assert gbn["reorder_pct"] > 0 and sr["reorder_pct"] > 0
-    # go-back-N NAKs every gap, also those reordering alone made, and resends a window
-    # for each; selective repeat resends only what the fabric dropped (drops are the
-    # switches' counted drops in the run, so they bound the packets that were lost)
-    assert gbn["naks"] > gbn["drops"], gbn
+    # go-back-N NAKs every gap, also those reordering alone made, and resends the whole
+    # window after each: far more than the fabric dropped; selective repeat resends only
+    # what the fabric dropped (drops are the switches' counted drops in the run, so they
+    # bound the packets that were lost). (NAKs alone are no measure: one NAK answers a
+    # burst of drops, and this lab reorders little -- 0.2-0.3 % -- so NAKs and drops
+    # came out 22-33 against 31-36 in runs on one machine.)
+    assert gbn["naks"] > 0 and gbn["retx_packets"] > 3 * max(gbn["drops"], 1), gbn
     assert sr["retx_packets"] <= sr["drops"] + 2, sr
     assert gbn["retx_packets"] > 3 * max(sr["retx_packets"], 1)
     assert out["flowlet gbn"]["retx_packets"] < gbn["retx_packets"]
