@@ -339,8 +339,9 @@ def tables(results, title: str | None = None) -> list[Table]:
     return [build_table(results, title)] + [t for t in extra if t is not None]
 
 
-def render_text(results, title: str | None = None, width: int = 200) -> str:
-    """The tables as plain text (no colours, no terminal needed), for logs and files."""
+def render_text(results, title: str | None = None, width: int = 1000) -> str:
+    """The tables as plain text (no colours, no terminal needed), for logs and files: as
+    wide as their cells need (up to `width`), never a value cut to fit."""
     buf = io.StringIO()
     console = Console(file=buf, width=width, color_system=None, force_terminal=False,
                       legacy_windows=False)

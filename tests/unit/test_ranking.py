@@ -40,7 +40,7 @@ def test_rankings_agree_unless_a_pair_is_ordered_both_ways():
 def _run(slowdowns: list[float], size: int = 32768) -> dict:
     """A closed-loop run whose messages (all of one size) took `slowdowns` x ideal."""
     ideal = metrics.ideal_fct_ns(size, 1024, 1e7)
-    return {"flows": [{"line_bps": 1e7, "mtu": 1024,
+    return {"flows": [{"line_bps": 1e7, "mtu": 1024, "transport": {}, "messages_sent": len(slowdowns),
                        "transport_rx": {"messages": [[size, s * ideal] for s in slowdowns]}}]}
 
 
@@ -54,3 +54,11 @@ def test_the_report_ranks_all_messages_and_each_size_bucket():
     assert all(r["ranking"] is None for r in rows[1:] if r["lo"] != 16384)
     text = table.render_text(view, title="t")
     assert "flowlet < ecmp < spray-rr" in text and "16K-64K" in text
+
+
+def test_the_written_table_cuts_no_cell():
+    """results' table.txt: the transport table's bucket cells in full, however many columns."""
+    view = {"ecmp": [_run(_draws(10, seed=11))], "flowlet": [_run(_draws(5, seed=12))]}
+    text = table.render_text(view, title="t")
+    assert "…" not in text
+    assert "(n=800)" in text
