@@ -58,7 +58,10 @@ def test_the_report_ranks_all_messages_and_each_size_bucket():
 
 def test_the_written_table_cuts_no_cell():
     """results' table.txt: the transport table's bucket cells in full, however many columns."""
-    view = {"ecmp": [_run(_draws(10, seed=11))], "flowlet": [_run(_draws(5, seed=12))]}
-    text = table.render_text(view, title="t")
+    sizes = (512, 2048, 8192, 32768, 131072, 524288)      # one per size bucket
+    view = {label: [{"flows": [_run(_draws(mean, n=50, seed=seed + i), size)["flows"][0] for i, size in enumerate(sizes)]}]
+            for label, mean, seed in (("ecmp", 120, 20), ("flowlet", 110, 30), ("spray-rr gbn", 900, 40),
+                                      ("spraylink sr", 100, 50))}
+    text = table.render_text(view, title="fct-websearch")
     assert "…" not in text
-    assert "(n=800)" in text
+    assert text.count("(n=50)") == 4 * len(sizes)
