@@ -6,8 +6,11 @@ a few percent apart are often within what another draw of the same workload give
 ranking that orders them anyway changes between seeds. Here two modes are ordered only
 when a bootstrap over their messages (BOOTSTRAP resamples, fixed generator seed, so the
 same results always rank the same) puts the difference of their averages away from 0
-with CONFIDENCE; otherwise they tie. Groups: modes sorted by average, a mode joins the
-group before it unless it is significantly worse than that group's best.
+with CONFIDENCE; otherwise they tie. A bootstrap of a handful of messages says nothing
+(one message resamples to itself, any difference looks certain), so modes with fewer
+than MIN_MESSAGES messages in the comparison always tie. Groups: modes sorted by
+average, a mode joins the group before it unless it is significantly worse than that
+group's best.
 
 Two rankings agree when no pair of modes is ordered one way in one and the other way in
 the other (a tie in one and an order in the other is no contradiction).
@@ -20,6 +23,7 @@ from dataplane.report import metrics
 
 BOOTSTRAP = 2000
 CONFIDENCE = 0.95
+MIN_MESSAGES = 30       # the usual floor for a percentile bootstrap of a mean
 _RNG_SEED = 20151117    # fixed: the ranking of given results never changes from one report to the next
 
 
@@ -41,8 +45,9 @@ def rank(slowdowns: dict[str, list[float]]) -> list[list[str]]:
     groups: list[list[str]] = []
     for label in order:
         if groups:
-            lo, _ = _mean_diff_interval(values[groups[-1][0]], values[label], rng)
-            if lo <= 0:
+            best = values[groups[-1][0]]
+            few = min(len(best), len(values[label])) < MIN_MESSAGES
+            if few or _mean_diff_interval(best, values[label], rng)[0] <= 0:
                 groups[-1].append(label)
                 continue
         groups.append([label])

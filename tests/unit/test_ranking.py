@@ -25,6 +25,11 @@ def test_the_same_results_always_rank_the_same():
     assert len({repr(ranking.rank(data)) for _ in range(3)}) == 1
 
 
+def test_a_handful_of_messages_orders_nothing():
+    """Three messages each, ten times apart: a bootstrap of so few says nothing."""
+    assert ranking.rank({"ecmp": _draws(100, n=3), "flowlet": _draws(5, n=3, seed=1)}) == [["flowlet", "ecmp"]]
+
+
 def test_a_mode_without_messages_is_left_out():
     assert ranking.rank({"ecmp": _draws(10), "idle": []}) == [["ecmp"]]
 
