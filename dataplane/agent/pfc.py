@@ -62,7 +62,6 @@ class PfcSender:
         self.p = programmer
         self.cfg = dict(cfg)
         self.ports = [(n, i) for n in programmer.spec.switches for i in n.interfaces]
-        self.ifindexes = [i.ifindex for _, i in self.ports]
         self.state = {i.ifindex: PortPause() for _, i in self.ports}
         self.holds = {i.ifindex: PortHold() for _, i in self.ports}
         self.slots = {i.ifindex: programmer.dp.port_info(i.ifindex).slot for _, i in self.ports}
