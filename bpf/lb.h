@@ -11,6 +11,11 @@
 #include "parse.h"
 #include "railab_structs.h"
 
+/* Hide a value from the compiler's pattern matching: a mask computed with shifts stays
+ * arithmetic instead of becoming a compare and a branch (BPF has no conditional move, and
+ * every branch doubles what the verifier walks through in an unrolled scan). */
+#define RL_OPAQUE(x) asm volatile("" : "+r"(x))
+
 static __always_inline __u32 rl_rotl32(__u32 x, int r)
 {
     return (x << r) | (x >> (32 - r));
@@ -144,25 +149,54 @@ static __always_inline __u32 queue_util(const struct port_queue *q, __u64 now)
 }
 
 /* Load score of an emulated port: backlog (ns to drain) plus utilisation expressed as
- * ns of one window, graded in bands of 1 / LB_LOAD_BANDS window; lower is better. As DLB
+ * ns of one window, graded in bands of 1 / LB_LOAD_BANDS window, plus LB_PLACED_BANDS for
+ * every flowlet placed on it in this window or the one before: lower is better. As DLB
  * hardware grades its ports in a few quality levels, members whose loads differ by less
- * than a band tie, and a tie goes to the first member the scan meets (for a flowlet, the
- * one its hash names) rather than to whichever member's measurement noise is lower at
- * that instant: the same flows make the same choices from run to run. Read without the
- * lock: a racy snapshot is fine. */
+ * than a band tie (the caller picks among them at random). The placed flowlets count
+ * because the meter lags: flowlets that start inside one window all read the same
+ * utilisation and, without them, all pile onto whichever member reads idle. They stop
+ * counting when the port has carried nothing for two windows. Read without the lock: a
+ * racy snapshot is fine. */
 static __always_inline __u64 queue_load(const struct port_queue *q, __u64 now)
 {
     __u64 backlog = q->t_free - now;
     __u64 stale = 4 * (__u64)q->win_ns - (now - q->win_start);
+    __u64 recent = 2 * (__u64)q->win_ns - (now - q->win_start);
     __u64 util = q->util;
     __u64 band = q->win_ns / LB_LOAD_BANDS;
+    __u64 placed = q->placed + q->placed_prev;
     __u64 load;
 
     /* branch-free (see lb_consider): negative differences (as s64) count as 0 */
-    backlog &= ~(__u64)((__s64)backlog >> 63);
-    util &= ~(__u64)((__s64)stale >> 63);
+    backlog = (__u64)((__s64)backlog >> 63);
+    stale = (__u64)((__s64)stale >> 63);
+    recent = (__u64)((__s64)recent >> 63);
+    RL_OPAQUE(backlog);
+    RL_OPAQUE(stale);
+    RL_OPAQUE(recent);
+    backlog = (q->t_free - now) & ~backlog;
+    util &= ~stale;
+    placed &= ~recent;
     load = backlog + ((util * q->win_ns) >> 10);
-    return band ? load / band : load;
+    return load / (band | 1) + placed * LB_PLACED_BANDS;
+}
+
+/* All ones when x == 0, else 0 (branch-free). */
+static __always_inline __u64 rl_zero_mask(__u64 x)
+{
+    __u64 nonzero = (x | -x) >> 63;
+
+    RL_OPAQUE(nonzero);
+    return nonzero - 1;
+}
+
+/* The next value of a xorshift32 sequence (x != 0 stays != 0). */
+static __always_inline __u32 rl_xorshift32(__u32 x)
+{
+    x ^= x << 13;
+    x ^= x >> 17;
+    x ^= x << 5;
+    return x;
 }
 
 #endif /* RAILAB_LB_H */

@@ -86,9 +86,11 @@
 
 #define WCMP_SLOTS   64          /* size of struct group.wslots (power of two) */
 #define DOWN_MASK_BITS 64        /* group.down_mask / route_val.avoid_mask cover members 0..63 */
-#define LB_SCAN_MAX  4           /* load-aware modes compare at most this many members */
+#define LB_SCAN_MAX  8           /* load-aware modes compare at most this many members */
 #define UTIL_ONE     1024        /* port_queue.util fixed point: 1024 = 100% */
 #define LB_LOAD_BANDS 4          /* load-aware picks grade ports in quarters of a window */
+#define LB_PLACED_BANDS 2        /* a flowlet placed on a port that its meter has not seen yet
+                                  * counts as this many bands (half a port) */
 #define ECN_P_ONE    65536       /* port_queue.ecn_pmax fixed point: 65536 = probability 1 */
 
 /* ---- hash field selection flags (struct group.hash_fields / switch_cfg.hash_fields) ---- */

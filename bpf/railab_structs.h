@@ -128,7 +128,9 @@ struct port_stats {
  * (a real queue whose backlog follows the virtual one). Config fields are written by the
  * agent (BPF_F_LOCK); state fields only by the data path, lock-free: t_free by
  * compare-and-swap, win_busy_ns by atomic add; the CPU whose compare-and-swap of
- * win_start closes a window takes win_busy_ns (atomic exchange) and writes util. */
+ * win_start closes a window takes win_busy_ns (atomic exchange) and writes util.
+ * placed / placed_prev: flowlets placed on the port that its meter has not (fully) seen
+ * yet; the same CPU rolls placed into placed_prev. */
 struct port_queue {
     struct bpf_spin_lock lock;
     __u32 ps_per_byte;    /* config: 8e12 / scaled speed (picoseconds per byte); 0 = no model */
@@ -146,6 +148,8 @@ struct port_queue {
                            * ecn_pmax; <= ecn_ns: a step at ecn_ns (bpf/ecn.h) */
     __u32 ecn_pmax;       /* config: RED Pmax, ECN_P_ONE = 1 */
     __u32 _pad2;
+    __u64 placed;         /* state: flowlets a load-aware pick put here in this window */
+    __u64 placed_prev;    /* state: ... in the window before (the meter has seen part of them) */
 };
 
 /* XDP metadata (in front of the frame, bpf_xdp_adjust_meta) of a frame handed to

@@ -253,7 +253,7 @@ static __always_inline int handle_arp(struct xdp_md *ctx, struct hdr_cursor *nh,
 }
 
 /* Least-loaded member among LB_SCAN_MAX consecutive members (mod n) from the caller's
- * `pick` (so ties, e.g. an idle fabric, spread): all of them when n <= LB_SCAN_MAX. The
+ * `start` (all of them when n <= LB_SCAN_MAX); a tie goes to the member scanned first. The
  * comparison is branch-free: with branches the verifier's paths multiply per candidate. */
 static __always_inline void lb_consider(struct group *grp, __u32 j, __u64 now, __u64 dead,
                                         __u32 *best, __u64 *best_load)
@@ -273,31 +273,40 @@ static __always_inline void lb_consider(struct group *grp, __u32 j, __u64 now, _
     *best = (__u32)((j & lt) | (*best & ~lt));
 }
 
+/* The scan starts at `start` (< n): a flowlet's own member when it is re-decided, so it
+ * stays where it is unless another member is strictly less loaded (its load includes the
+ * flow's own traffic: moving to an equal member would only reorder); a pseudo-random member
+ * otherwise, so tied idle members spread. Members past the n-th are scanned again (mod n):
+ * a repeat never changes the result. */
 static __always_inline __u32 lb_least_loaded(struct group *grp, __u32 n, __u64 now, __u64 dead,
-                                             __u32 pick)
+                                             __u32 start)
 {
-    __u32 start = rl_reduce(pick, n);
-    __u32 best = start;
+    __u32 best = start, k, j;
     __u64 best_load = 0x7fffffffffffffffULL;
 
-    lb_consider(grp, start, now, dead, &best, &best_load);
-    lb_consider(grp, rl_mod_small(start + 1, n), now, dead, &best, &best_load);
-    lb_consider(grp, rl_mod_small(start + 2, n), now, dead, &best, &best_load);
-    lb_consider(grp, rl_mod_small(start + 3, n), now, dead, &best, &best_load);
+#pragma unroll
+    for (k = 0; k < LB_SCAN_MAX; k++) {
+        j = start + k;
+        j = j < n ? j : (j - n < n ? j - n : start);
+        lb_consider(grp, j, now, dead, &best, &best_load);
+    }
     return best;   /* may still be dead (all scanned members dead): lb_select re-picks */
 }
 
 /* Flowlet: keep the flow's member while its packets come closer together than the
  * group's flowlet gap (the shorter busy gap while that member's utilisation is above
- * busy_util); after a longer gap the next flowlet goes to the least-loaded member. */
+ * busy_util); after a longer gap the next flowlet goes to the least-loaded member -- or
+ * stays where it was if that member is among the least loaded (its load includes the
+ * flow's own traffic: moving to an equal member would only reorder). The chosen member
+ * counts the flowlet as placed until its meter has seen it (queue_load). */
 static __always_inline __u32 lb_flowlet(struct group *grp, __u32 gid, __u32 n, __u32 hash,
-                                        __u64 dead, __u64 live, __u64 *nowp)
+                                        __u64 dead, __u64 live, __u64 *nowp, __u64 *placed)
 {
     struct flowlet_key key = {};
     struct flowlet *fl, nf = {};
     struct port_queue *q;
     __u64 now = rl_now(nowp), gap;
-    __u32 slot, cur;
+    __u32 slot, cur = n;
 
     key.group_id = gid;
     key.hash = hash;
@@ -319,12 +328,14 @@ static __always_inline __u32 lb_flowlet(struct group *grp, __u32 gid, __u32 n, _
         }
         nf.flowlets = fl->flowlets + 1;
     }
-    /* the scan starts where the flow's hash and its flowlet's number say, not at random:
-     * the same flows with the same hash seed make the same choices on every run and at
-     * every time scale, and different flows (or a flow's next flowlet) still start apart */
-    nf.member = lb_least_loaded(grp, n, now, dead, rl_fmix(hash ^ (nf.flowlets * 0x9e3779b9U)));
+    /* a new flow's scan starts where its hash and flowlet number say, not at random: the
+     * same flows with the same hash seed make the same choices on every run and at every
+     * time scale, and different flows still start apart */
+    nf.member = lb_least_loaded(grp, n, now, dead,
+                                cur < n ? cur : rl_reduce(rl_fmix(hash ^ (nf.flowlets * 0x9e3779b9U)), n));
     if (lb_is_dead(dead, nf.member))
         nf.member = lb_repick(live, bpf_get_prandom_u32());
+    *placed = 1;          /* rl_transmit counts it on the member's port */
     nf.last_ns = now;
     flowlets.update(&key, &nf);
     return nf.member;
@@ -335,7 +346,7 @@ static __always_inline __u32 lb_flowlet(struct group *grp, __u32 gid, __u32 n, _
 static __always_inline __u32 lb_pick(struct group *grp, __u32 gid, __u32 n, const struct flow *f,
                                      __u32 fields, __u32 seed, __u32 ingress_ifindex, __u16 lbn,
                                      __u64 dead, __u64 live, __u32 *h, __u64 *nowp,
-                                     __u32 pre_fields, __u32 pre_hash)
+                                     __u32 pre_fields, __u32 pre_hash, __u64 *placed)
 {
     __u16 mode = grp->mode;
 
@@ -356,13 +367,13 @@ static __always_inline __u32 lb_pick(struct group *grp, __u32 gid, __u32 n, cons
             return rl_reduce(*h, n);
         if (mode == LB_MODE_SPRAY_RR)   /* one shared counter: per-CPU counters would break RR */
             return rl_mod(__sync_fetch_and_add(&grp->rr, 1), n);
-        return lb_least_loaded(grp, n, rl_now(nowp), dead, *h);
+        return lb_least_loaded(grp, n, rl_now(nowp), dead, rl_reduce(*h, n));
     }
     *h = fields == pre_fields ? pre_hash : flow_hash(f, fields, seed, ingress_ifindex);
     if (mode == LB_MODE_WCMP && grp->n_wslots)
         return grp->wslots[rl_reduce(*h, grp->n_wslots) & (WCMP_SLOTS - 1)];
     if (mode == LB_MODE_FLOWLET)
-        return lb_flowlet(grp, gid, n, *h, dead, live, nowp);
+        return lb_flowlet(grp, gid, n, *h, dead, live, nowp, placed);
     return rl_reduce(*h, n);   /* ECMP, SprayLink protocol/non-RoCE packets, unknown modes */
 }
 
@@ -372,11 +383,11 @@ static __always_inline __u32 lb_pick(struct group *grp, __u32 gid, __u32 n, cons
 static __always_inline __u32 lb_select(struct group *grp, __u32 gid, __u32 n, const struct flow *f,
                                        __u32 fields, __u32 seed, __u32 ingress_ifindex, __u16 lbn,
                                        __u64 dead, __u64 live, __u64 *nowp, __u32 pre_fields,
-                                       __u32 pre_hash)
+                                       __u32 pre_hash, __u64 *placed)
 {
     __u32 h = 0;
     __u32 idx = lb_pick(grp, gid, n, f, fields, seed, ingress_ifindex, lbn, dead, live, &h, nowp,
-                        pre_fields, pre_hash);
+                        pre_fields, pre_hash, placed);
 
     if (lb_is_dead(dead, idx))
         idx = lb_repick(live, rl_fmix(h ^ 0x5bd1e995));
@@ -456,6 +467,8 @@ static __always_inline int queue_admit(struct port_queue *q, __u64 now, __u64 tx
         if (elapsed > 4 * (__u64)q->win_ns)
             sample = 0;
         q->util = !q->util ? sample : (q->util * 3 + sample) >> 2;
+        /* the closed window saw part of what the flowlets placed in it send */
+        q->placed_prev = __sync_lock_test_and_set(&q->placed, 0);
     }
     return drop;
 }
@@ -518,7 +531,7 @@ static __always_inline void rl_pfc_retire(struct pfc_port *pp, __u64 now, __u32 
  * waits in the qdisc's held lossless class. */
 static __always_inline int rl_transmit(struct xdp_md *ctx, struct ethhdr *eth, struct iphdr *iph,
                                        const struct member *m, __u64 len, struct pkt_count *mc,
-                                       __u64 *nowp, __u32 in_slot)
+                                       __u64 *nowp, __u32 in_slot, __u64 placed)
 {
     struct port_stats *eps;
     struct port_queue *q;
@@ -533,6 +546,8 @@ static __always_inline int rl_transmit(struct xdp_md *ctx, struct ethhdr *eth, s
     if (q && q->ps_per_byte) {
         __u64 buf_ns = q->buf_ns;
 
+        /* a flowlet just placed here counts as load until the meter has seen it (lb.h) */
+        __sync_fetch_and_add(&q->placed, placed);
         pc = pfc_cfg.lookup(&zero);
         if (pc && (pc->flags & PFC_F_ON)) {
             tc_class = (iph->tos >> 2) == PFC_CNP_DSCP ? PFC_TC_CNP : PFC_TC_OTHER;
@@ -662,7 +677,7 @@ int xdp_switch(struct xdp_md *ctx)
     struct tcphdr *tcph;
     struct ib_bth *bth;
     __u32 switch_id, slot, gid, idx, midx, fields, seed, sw_fields, sw_hash;
-    __u64 avoid = 0, dead, live, all, now = 0;
+    __u64 avoid = 0, dead, live, all, now = 0, placed = 0;
     __u32 rflags;
     int proto;
 
@@ -763,7 +778,7 @@ int xdp_switch(struct xdp_md *ctx)
             __sync_fetch_and_add(&te->packets, 1);
             __sync_fetch_and_add(&te->bytes, len);
             rl_flow_seen(&f, te->m.egress_slot, len, &now);
-            return rl_transmit(ctx, eth, iph, &te->m, len, NULL, &now, slot);
+            return rl_transmit(ctx, eth, iph, &te->m, len, NULL, &now, slot, 0);
         }
     }
 
@@ -790,7 +805,7 @@ route:
         fields = sw_fields;
 
     idx = lb_select(grp, gid, grp->n_members, &f, fields, seed, ifindex, port->lbn, dead, live,
-                    &now, sw_fields, sw_hash);
+                    &now, sw_fields, sw_hash, &placed);
     if (idx >= MAX_MEMBERS)
         return rl_drop(ctx, ps, DROP_NO_MEMBER);
     midx = gid * MAX_MEMBERS + idx;
@@ -799,5 +814,5 @@ route:
         return rl_drop(ctx, ps, DROP_NO_MEMBER);
     mc = member_stats.lookup(&midx);
     rl_flow_seen(&f, m->egress_slot, len, &now);
-    return rl_transmit(ctx, eth, iph, m, len, mc, &now, slot);
+    return rl_transmit(ctx, eth, iph, m, len, mc, &now, slot, placed);
 }

@@ -92,9 +92,10 @@ LB_MODE_NAMES: dict[int, str] = {v: k for k, v in LB_MODES.items()}
 
 WCMP_SLOTS = 64
 DOWN_MASK_BITS = 64
-LB_SCAN_MAX = 4
+LB_SCAN_MAX = 8
 UTIL_ONE = 1024
 LB_LOAD_BANDS = 4            # load-aware picks grade ports in bands of 1/4 window (bpf/lb.h)
+LB_PLACED_BANDS = 2          # a flowlet placed on a port its meter has not seen yet, in bands
 
 # ---- PFC (bpf/pfc.h) ----
 PFC_RING = 64
@@ -286,6 +287,8 @@ class PortQueue(ct.Structure):
         ("ecn_max_ns", ct.c_uint64),
         ("ecn_pmax", ct.c_uint32),
         ("_pad2", ct.c_uint32),
+        ("placed", ct.c_uint64),
+        ("placed_prev", ct.c_uint64),
     ]
 
 

@@ -208,13 +208,42 @@ def test_flowlet_choices_repeat_after_a_mode_set(dp, lab, mode):
     # it sets a mode) gives every flow the same member again: a run can be repeated
     def choices():
         mode("flowlet", group=G, flowlet_timeout_us=500_000)
-        model_all(dp)
+        model_all(dp, window_us=10_000_000)   # no window closes: every placement still counts
         dp.forget_flowlets([G])
         return [egress_of(run(dp, lab, udp(sport=7000 + i))) for i in range(40)]
 
     first = choices()
     assert set(first) == set(EG), "idle members tie: first flowlets spread over all of them"
     assert choices() == first
+
+
+def idle_members_expected_by_hashing(flows: int, members: int) -> float:
+    """Balls into bins: members that none of `flows` uniform, independent picks hit."""
+    return members * (1 - 1 / members) ** flows
+
+
+def test_flowlets_starting_at_once_spread_no_worse_than_hashing(dp, lab, mode):
+    """As many flowlets as members start inside one utilisation window, so the meter reads
+    every member idle for all of them. DLB counts a flowlet just placed on a member as load
+    until the meter catches up; without that they all read the same idle members and pile
+    up. Over many flow sets (seeds), the members left idle must be far fewer than hashing
+    leaves (balls into bins), and never more than ECMP leaves on the same flows."""
+    trials, n = 60, len(EG)
+    idle = {"flowlet": [], "ecmp": []}
+    for trial in range(trials):
+        sports = [20000 + trial * n + i for i in range(n)]
+        for m in idle:
+            mode(m, group=G, flowlet_timeout_us=3_000_000)
+            model_all(dp, window_us=10_000_000)     # a fresh, idle meter on every member
+            dp.forget_flowlets([G])
+            used = {egress_of(run(dp, lab, udp(sport=sp))) for sp in sports}
+            idle[m].append(n - len(used))
+    hashing = idle_members_expected_by_hashing(n, n)
+    mean = {m: sum(v) / trials for m, v in idle.items()}
+    print(f"idle members per {n} flowlets on {n} members, mean over {trials} flow sets: "
+          f"flowlet {mean['flowlet']:.2f}, ecmp {mean['ecmp']:.2f}, balls into bins {hashing:.2f}")
+    assert mean["flowlet"] <= hashing / 2, mean
+    assert sum(idle["flowlet"]) <= sum(idle["ecmp"]), idle
 
 
 def test_flowlet_busy_member_uses_short_timeout(dp, lab, mode):
