@@ -15,7 +15,9 @@ test: setup
 test-unit: setup
 	$(PY) -m pytest -ra tests/unit
 
-demo: setup
+# the demo runs on network namespaces: it needs no containerlab build
+demo:
+	@bash scripts/setup.sh --core
 	@bash scripts/demo.sh $(DEMO_LAB)
 
 labs: setup

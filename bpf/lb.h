@@ -150,7 +150,8 @@ static __always_inline __u32 queue_util(const struct port_queue *q, __u64 now)
 
 /* Load score of an emulated port: backlog (ns to drain) plus utilisation expressed as
  * ns of one window, graded in bands of 1 / LB_LOAD_BANDS window, plus LB_PLACED_BANDS for
- * every flowlet placed on it in this window or the one before: lower is better. As DLB
+ * every flowlet placed on it in this window or the one before (in proportion to its first
+ * frame's length, up to LB_PLACED_FRAME bytes): lower is better. As DLB
  * hardware grades its ports in a few quality levels, members whose loads differ by less
  * than a band tie (the caller picks among them at random). The placed flowlets count
  * because the meter lags: flowlets that start inside one window all read the same
@@ -178,7 +179,7 @@ static __always_inline __u64 queue_load(const struct port_queue *q, __u64 now)
     util &= ~stale;
     placed &= ~recent;
     load = backlog + ((util * q->win_ns) >> 10);
-    return load / (band | 1) + placed * LB_PLACED_BANDS;
+    return load / (band | 1) + ((placed * LB_PLACED_BANDS) >> LB_PLACED_FRAME_SHIFT);
 }
 
 /* All ones when x == 0, else 0 (branch-free). */

@@ -90,7 +90,9 @@
 #define UTIL_ONE     1024        /* port_queue.util fixed point: 1024 = 100% */
 #define LB_LOAD_BANDS 4          /* load-aware picks grade ports in quarters of a window */
 #define LB_PLACED_BANDS 2        /* a flowlet placed on a port that its meter has not seen yet
-                                  * counts as this many bands (half a port) */
+                                  * counts as this many bands (half a port) ... */
+#define LB_PLACED_FRAME 1024     /* ... if its first frame is this long; less if shorter */
+#define LB_PLACED_FRAME_SHIFT 10 /* log2(LB_PLACED_FRAME) */
 #define ECN_P_ONE    65536       /* port_queue.ecn_pmax fixed point: 65536 = probability 1 */
 
 /* ---- hash field selection flags (struct group.hash_fields / switch_cfg.hash_fields) ---- */

@@ -148,7 +148,8 @@ struct port_queue {
                            * ecn_pmax; <= ecn_ns: a step at ecn_ns (bpf/ecn.h) */
     __u32 ecn_pmax;       /* config: RED Pmax, ECN_P_ONE = 1 */
     __u32 _pad2;
-    __u64 placed;         /* state: flowlets a load-aware pick put here in this window */
+    __u64 placed;         /* state: first-frame bytes (each up to LB_PLACED_FRAME) of the
+                           * flowlets a load-aware pick put here in this window */
     __u64 placed_prev;    /* state: ... in the window before (the meter has seen part of them) */
 };
 

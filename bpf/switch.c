@@ -335,7 +335,7 @@ static __always_inline __u32 lb_flowlet(struct group *grp, __u32 gid, __u32 n, _
                                 cur < n ? cur : rl_reduce(rl_fmix(hash ^ (nf.flowlets * 0x9e3779b9U)), n));
     if (lb_is_dead(dead, nf.member))
         nf.member = lb_repick(live, bpf_get_prandom_u32());
-    *placed = 1;          /* rl_transmit counts it on the member's port */
+    *placed = 1;          /* rl_transmit counts the frame on the member's port */
     nf.last_ns = now;
     flowlets.update(&key, &nf);
     return nf.member;
@@ -464,8 +464,14 @@ static __always_inline int queue_admit(struct port_queue *q, __u64 now, __u64 tx
          * started carrying a flow reads as loaded after one window, not only after the
          * 3/4 average has crept up over several (flowlet's least-loaded pick would see a
          * half-risen average as a lower band and put a second flow there). */
-        if (elapsed > 4 * (__u64)q->win_ns)
+        if (elapsed > 4 * (__u64)q->win_ns) {
+            /* the average of a port idle that long has decayed: it reads as idle (as
+             * queue_util already said), not as what it carried before the idle stretch,
+             * so a flowlet starting after a gap compares its port with the others as
+             * they are now */
             sample = 0;
+            q->util = 0;
+        }
         q->util = !q->util ? sample : (q->util * 3 + sample) >> 2;
         /* the closed window saw part of what the flowlets placed in it send */
         q->placed_prev = __sync_lock_test_and_set(&q->placed, 0);
@@ -546,8 +552,9 @@ static __always_inline int rl_transmit(struct xdp_md *ctx, struct ethhdr *eth, s
     if (q && q->ps_per_byte) {
         __u64 buf_ns = q->buf_ns;
 
-        /* a flowlet just placed here counts as load until the meter has seen it (lb.h) */
-        __sync_fetch_and_add(&q->placed, placed);
+        /* a flowlet just placed here counts as load until the meter has seen it (lb.h),
+         * in proportion to its first frame: an acknowledgement's flowlet weighs little */
+        __sync_fetch_and_add(&q->placed, placed * (len < LB_PLACED_FRAME ? len : LB_PLACED_FRAME));
         pc = pfc_cfg.lookup(&zero);
         if (pc && (pc->flags & PFC_F_ON)) {
             tc_class = (iph->tos >> 2) == PFC_CNP_DSCP ? PFC_TC_CNP : PFC_TC_OTHER;

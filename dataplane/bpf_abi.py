@@ -95,7 +95,9 @@ DOWN_MASK_BITS = 64
 LB_SCAN_MAX = 8
 UTIL_ONE = 1024
 LB_LOAD_BANDS = 4            # load-aware picks grade ports in bands of 1/4 window (bpf/lb.h)
-LB_PLACED_BANDS = 2          # a flowlet placed on a port its meter has not seen yet, in bands
+LB_PLACED_BANDS = 2          # a flowlet placed on a port its meter has not seen yet, in bands ...
+LB_PLACED_FRAME = 1024       # ... if its first frame is this long; less if shorter
+LB_PLACED_FRAME_SHIFT = 10
 
 # ---- PFC (bpf/pfc.h) ----
 PFC_RING = 64

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Installs everything railab needs on a fresh Debian 12 machine and builds .venv.
 # Idempotent: safe to run again; it only installs what is missing.
+# --core: everything but containerlab and the node image (what the netns runtime and
+# `make demo` need; containerlab's build takes minutes on a fresh machine).
 #
 # Python libraries come from Debian's packages, not PyPI (the project's machines reach
 # Debian's archive and the Go module proxy, nothing else). The venv sees them through
@@ -10,6 +12,9 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="$ROOT/.venv"
 STAMP="$VENV/.railab-setup-done"
+
+CORE_ONLY=0
+[[ "${1:-}" == "--core" ]] && CORE_ONLY=1
 
 if [[ $EUID -ne 0 ]]; then
     echo "setup.sh: must run as root (installs Debian packages, links kernel headers)" >&2
@@ -72,7 +77,11 @@ if [[ ! -f "$STAMP" || "$ROOT/pyproject.toml" -nt "$STAMP" ]]; then
     touch "$STAMP"
 fi
 
-bash "$ROOT/scripts/setup-containerlab.sh"
+if ((CORE_ONLY)); then
+    echo "setup: --core: containerlab and the node image left out (make setup builds them)"
+else
+    bash "$ROOT/scripts/setup-containerlab.sh"
+fi
 
 "$VENV/bin/python" - <<'EOF' || { echo "setup: python dependencies are missing or too old" >&2; exit 1; }
 from importlib.metadata import version

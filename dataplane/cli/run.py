@@ -26,7 +26,7 @@ def register(sub) -> None:
 def run(args) -> int:
     # the experiment and its report import numpy and rich's progress: only when running
     from dataplane.experiment import session, spec
-    from dataplane.report import ranking
+    from dataplane.report import lesson, ranking
 
     exp = spec.load(args.experiment)      # every check happens before anything is deployed
     if args.name is not None:
@@ -52,6 +52,7 @@ def run(args) -> int:
                        for label, s in results["sweeps"].items()},
             "plots": results.get("plots", []),
             "slowdown_ranking": ranking.by_bucket(session.report_view(results)),
+            "lesson": lesson.lesson_lines(session.report_view(results)),
         }
         print(json.dumps(summary, indent=2))
         return 0

@@ -21,6 +21,7 @@ from dataplane import faults, timescale
 from dataplane.agent import client
 from dataplane.agent.protocol import CounterSnapshot
 from dataplane.experiment.spec import NAV_MODES, Experiment, ModeSpec
+from dataplane.experiment import timeline
 from dataplane.lb import Fabric
 from dataplane.pathtrace import FlowKey, path_links, touches
 from dataplane.report import metrics
@@ -168,34 +169,12 @@ _UNDO = {"link-down": "link-up", "switch-down": "switch-up", "plane-down": "plan
          "degrade": "restore"}
 
 
-def equal_buckets(samples: list[tuple[float, int]], width: float) -> list[dict]:
-    """Delivered throughput in equal buckets [k w, (k+1) w) from the common start (t = 0),
-    from cumulative byte counts sampled at any times (the first at t = 0): the count at a
-    bucket's edge is interpolated between the samples around it, so a bucket's rate does
-    not depend on when the counters happened to be read. Each point is {t: the bucket's
-    end, bps}."""
-    out: list[dict] = []
-    if len(samples) < 2 or width <= 0:
-        return out
-
-    def at(x: float) -> float:
-        for (t1, b1), (t2, b2) in zip(samples, samples[1:]):
-            if x <= t2:
-                return b1 + (b2 - b1) * (x - t1) / (t2 - t1) if t2 > t1 else b2
-        return samples[-1][1]
-
-    k = 1
-    while k * width <= samples[-1][0] + 1e-9:
-        out.append({"t": round(k * width, 4), "bps": (at(k * width) - at((k - 1) * width)) * 8 / width})
-        k += 1
-    return out
-
-
 class _RunClock(threading.Thread):
     """While the senders run: samples delivered bytes from the switches' counters and
     fires the experiment's scheduled faults (and their `for:` repairs) on time. Times
-    count from the common start (mark_start(), just before the senders are told "go");
-    the timeline is made of equal buckets from it (equal_buckets)."""
+    count from the common start (mark_start(), just before the senders are told "go").
+    The throughput timeline is not made from these samples but from the traffic
+    (dataplane.experiment.timeline)."""
 
     def __init__(self, spec: LabSpec, fabric: Fabric, events: list[dict], sample_s: float):
         super().__init__(daemon=True)
@@ -215,29 +194,24 @@ class _RunClock(threading.Thread):
                 undo["fault"] = _UNDO[event["fault"]]
                 self.pending.append((event["at"] + event["for"], undo))
         self.pending.sort(key=lambda p: p[0])
-        self.samples: list[tuple[float, int]] = []
         self.queues: dict[str, list[int]] = {}     # host-facing port -> bytes waiting at each sample
         self.uplink_queues: dict[str, list[int]] = {}   # the same for the leaves' uplinks
         self.sample_t: list[float] = []             # the samples' times
         self.pause_frames_at: list[int] = []        # PFC frames all switch ports had sent by then
-        self.timeline: list[dict] = []
+        self.sampled = False
         self.fired: list[dict] = []
         self.error: str | None = None
         self.stop = threading.Event()
         self.t0 = time.monotonic()
 
     def _sample(self) -> None:
-        """(time the counters were read, bytes delivered to hosts so far). A port counts
-        a frame as sent when it queues it: what still waits in the host ports' queues
-        has not been delivered yet (else queues filling at the start would show as a
-        burst above what the ports can carry)."""
+        """The leaf uplinks' bytes and the queues at the time the counters were read."""
         asked = time.monotonic()
         snap = self.fabric.snapshot()
         # the agent's own time of reading, else the middle of the request
         t = (snap.t_ns / 1e9 if snap.t_ns is not None else (asked + time.monotonic()) / 2) - self.t0
         ports = [snap.port(s, p) for s, p in self.host_ports]
-        delivered = sum(max(c.tx_bytes - c.waiting_bytes, 0) for c in ports if c is not None)
-        self.samples.append((max(t, 0.0), delivered))
+        self.sampled = True
         # what each leaf uplink has sent so far: balance over time (metrics.leaf_uplink_balance)
         self.uplink_samples.append({"t": max(t, 0.0), "tx_bytes": {
             f"{s}:{p}": c.tx_bytes for s, p in self.leaf_uplinks if (c := snap.port(s, p)) is not None}})
@@ -256,12 +230,11 @@ class _RunClock(threading.Thread):
         bytes now count as t = 0. Returns its time."""
         self.t0 = time.monotonic() if at is None else at
         self._sample()
-        self.samples[-1] = (0.0, self.samples[-1][1])
         self.uplink_samples[-1]["t"] = 0.0
         return self.t0
 
     def run(self) -> None:
-        if not self.samples:
+        if not self.sampled:
             self.mark_start()
         next_sample = self.sample_s
         while not self.stop.is_set():
@@ -280,7 +253,6 @@ class _RunClock(threading.Thread):
                 next_sample = (int(now / self.sample_s) + 1) * self.sample_s
             self.stop.wait(min(self.sample_s / 4, 0.02))
         self._sample()
-        self.timeline = equal_buckets(self.samples, self.sample_s)
 
 
 PER_PACKET_MODES = ("spray-rr", "spray-random", "spraylink")
@@ -377,8 +349,9 @@ def run_once(spec: LabSpec, experiment: Experiment, flows: list[wl.Flow], label:
     try:
         for host in receivers:
             ports = [i.name for i in by_name[host].interfaces]
+            line = [i.speed_bps * scale for i in by_name[host].interfaces] if scale else []
             procs[host].receiver = _spawn(["recv", "--netns", procs[host].netns, "--ports", ",".join(ports),
-                                           *recv_args])
+                                           *recv_args, *(["--line-bps", str(min(line))] if line else [])])
         for host in receivers:
             line = procs[host].receiver.stdout.readline().strip()
             if line != "ready":
@@ -428,11 +401,13 @@ def run_once(spec: LabSpec, experiment: Experiment, flows: list[wl.Flow], label:
         elapsed = time.monotonic() - started
         wait_for_drain(fabric)
         time.sleep(RECEIVER_GRACE_S)
+        time_end_s = time.monotonic() - started
         clock.stop.set()
         clock.join()
         events = _with_reaction(spec, clock.fired, experiment.events, int(started * 1e9))
         flow_stats: dict[str, dict] = {}
         receiver_drops = 0
+        received: list[dict] = []
         for host in receivers:
             # Only this host's flows: the receiver books every flow it is told of.
             mine = {str(f.flow_id): sent.get(str(f.flow_id), 0) for f in flows if f.dst_host == host}
@@ -442,6 +417,7 @@ def run_once(spec: LabSpec, experiment: Experiment, flows: list[wl.Flow], label:
             answer = json.loads(out)
             flow_stats.update(answer["flows"])
             receiver_drops += int(answer.get("socket_drops", 0))
+            received.append(answer)
     finally:
         if "clock" in locals() and clock.is_alive():
             clock.stop.set()
@@ -455,6 +431,8 @@ def run_once(spec: LabSpec, experiment: Experiment, flows: list[wl.Flow], label:
                     proc.wait()
     after = fabric.snapshot()
     nav_status = fabric.nav_status() if mode in NAV_MODES else None
+    links = _link_bytes(spec, before, after)
+    bins, bin_ns = timeline.merge_bins(received)
 
     flow_records = []
     for flow in flows:
@@ -483,14 +461,17 @@ def run_once(spec: LabSpec, experiment: Experiment, flows: list[wl.Flow], label:
         "mode": label, "seed": seed, "duration_s": experiment.duration_s, "wall_s": elapsed,
         "transport": cfg.kind, "dcqcn": cfg.dcqcn is not None,
         "nodes": [{"name": n.name, "role": n.role, "rail": n.rail, "plane": n.plane} for n in spec.nodes],
-        "links": _link_bytes(spec, before, after),
+        "links": links,
         "flows": flow_records,
         "switches": _switch_totals(before, after),
         "pfc_ports": _pfc_ports(before, after),
         "host_pfc": host_pfc,
         # frames the receivers' sockets overflowed on: in `lost`, but not the fabric's doing
         "receiver_drops": receiver_drops,
-        "timeline": clock.timeline,
+        # delivered throughput from the frames' receive stamps (dataplane.experiment.timeline)
+        "timeline": timeline.delivered_timeline(bins, bin_ns, int(started * 1e9), experiment.sample_s,
+                                                end_s=time_end_s),
+        "timeline_capacity_bps": timeline.host_capacity_bps(links),
         "uplink_samples": clock.uplink_samples,
         **({"nav": nav_status} if nav_status else {}),
         # host-facing (last-hop) ports' queues at the samples: where incast and DCQCN show

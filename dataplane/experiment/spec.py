@@ -22,7 +22,7 @@ from pathlib import Path
 import jsonschema
 
 from dataplane import bpf_abi as abi
-from dataplane import yamlfile
+from dataplane import timescale, yamlfile
 from dataplane.errors import RailabError
 from dataplane.runtime import labspec
 from dataplane.topology import clab
@@ -275,6 +275,7 @@ def _check_line_rate(source: Path, lab_file: Path, workload: wl.Workload, scale:
             raise ExperimentError(f"{source}: port_model: scale: a closed-loop transport or a workload "
                                   "load needs the port model's scale (the NICs' line rate is nominal x scale)")
         return
+    workload.stretch = timescale.stretch(scale)     # gaps are real-fabric time
     line = host_line_bps(lab_file, scale)
     if line <= 0:
         return

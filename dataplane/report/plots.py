@@ -546,16 +546,22 @@ def _loss_rug(ax, run: dict, colour: str, row: int) -> None:
         ax.plot(xs, [y] * len(xs), "|", color=colour, markersize=10, transform=ax.get_xaxis_transform())
 
 def plot_timeline(results, path) -> Path | None:
-    """Delivered throughput over time per mode (first run of each), events as vertical
-    lines; None when no run has a timeline."""
+    """Delivered throughput over time per mode (first run of each), from the frames'
+    receive stamps (dataplane.experiment.timeline), with what the host links can carry
+    and events as vertical lines; None when no run has a timeline."""
     groups = m.group_runs(results)
     series = [(label, runs[0]) for label, runs in groups.items() if runs and runs[0].get("timeline")]
     if not series:
         return None
     top = max(float(p.get("bps") or 0) for _, r in series for p in r["timeline"])
+    capacity = max((float(r.get("timeline_capacity_bps") or 0) for _, r in series), default=0.0)
+    top = max(top, capacity)
     div, unit = _rate_unit(top or 1)
     fig = Figure(figsize=(12, 5), layout="constrained")
     ax = fig.subplots()
+    if capacity:
+        ax.axhline(capacity / div, color="grey", linestyle=":", linewidth=1.2,
+                   label="what the host links can carry")
     events: dict[tuple[float, str], list[int]] = {}
     for i, (label, run) in enumerate(series):
         colour = _colour(i)

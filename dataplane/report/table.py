@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.table import Table
 
 from dataplane.report import metrics as m
+from dataplane.report import lesson
 from dataplane.report import ranking
 from dataplane.units import fmt_bps, fmt_us  # noqa: F401 (the report's formatters)
 
@@ -172,6 +173,7 @@ def build_table(results, title: str | None = None) -> Table:
         captions.insert(0, note + "; loads and goodput are at the emulated speed")
     if any(len(r) > 1 for r in groups.values()):
         captions.append("several runs: mean ± sample std over runs")
+    captions += lesson.lesson_lines(results)
     if captions:
         table.caption = "\n".join(captions)
     return table

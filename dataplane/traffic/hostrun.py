@@ -171,7 +171,7 @@ def run_send(args) -> int:
 
 
 def run_recv(args) -> int:
-    receiver = _LockedReceiver(rx.Receiver())
+    receiver = _LockedReceiver(rx.Receiver(line_bps=args.line_bps))
     cfg = TransportConfig.from_dict(json.loads(args.transport)) if args.transport else None
     responder = _LockedResponder(rx.Responder(cnp_interval_ns=args.cnp_interval_ns,
                                               transport=cfg, scale=args.scale))
@@ -202,7 +202,9 @@ def run_recv(args) -> int:
             entry["transport_rx"] = responder.inner.flow_report(fid)
         out[str(fid)] = entry
     drops = sum(rx.socket_drops(s) for s in sockets)
-    json.dump({"flows": out, "totals": receiver.inner.totals(), "socket_drops": drops}, sys.stdout)
+    json.dump({"flows": out, "totals": receiver.inner.totals(), "socket_drops": drops,
+               "rx_bin_ns": rx.RX_BIN_NS,
+               "rx_bins": {str(b): round(n) for b, n in sorted(receiver.inner.rx_bins.items())}}, sys.stdout)
     print(flush=True)
     for s in sockets:
         s.close()
@@ -221,6 +223,8 @@ def main(argv=None) -> int:
     r.add_argument("--ports", required=True)
     r.add_argument("--transport", help="closed loop: the TransportConfig as JSON")
     r.add_argument("--scale", type=float, help="the lab's time scale (for the transport's timers)")
+    r.add_argument("--line-bps", type=float,
+                   help="the NIC's emulated line rate: frames count over the time they took to arrive")
     r.add_argument("--cnp-interval-ns", type=int, default=0,
                    help="at most one CNP per QP per this many wall ns (DCQCN's N)")
     r.set_defaults(func=run_recv)

@@ -18,6 +18,13 @@ Accounting (FlowStats, per railab flow id) -- definitions, exact on crafted inpu
     its msg_pkts packets received, in any order) - msg_start_ns (send time of its first
     packet).
   * ce = packets received with IP ECN = CE (11).
+  * delivered bytes over time (Receiver.rx_bins): the frame bytes of unique data packets
+    per RX_BIN_NS of receive time (the kernel's stamp, CLOCK_MONOTONIC), all flows
+    together: a throughput timeline made from the traffic itself, which a receiver that
+    ran late cannot bunch up (the stamps are when the frames arrived, not when they were
+    read). Given the port's line rate, a frame's bytes are spread over the time it took
+    to arrive (its length at that rate, ending at its stamp), so no stretch of time holds
+    more than the port can carry.
   * host-side gap: max_gap_ns = the longest pause between two deliveries (receive
     times). It includes whatever the hosts added (a sender or receiver waiting for a
     CPU), so it is not the network's recovery time.
@@ -62,6 +69,7 @@ from dataplane.traffic import transport as transport_mod
 from dataplane.traffic.roce import PSN_MASK, PSN_MOD, RocePacket
 
 ETH_P_ALL = 0x0003
+RX_BIN_NS = 1_000_000      # Receiver.rx_bins: delivered bytes per millisecond of receive time
 
 
 def _unwrap(d: int, ref: int) -> int:
@@ -234,11 +242,13 @@ class Receiver:
     ``rx.add(roce.parse(frame), rx_ns)``; then ``rx.finish(sent)`` and read ``rx.flows``.
     Non-railab RoCE packets (ACK, CNP, foreign data) are counted by dest QP only."""
 
-    def __init__(self) -> None:
+    def __init__(self, line_bps: float | None = None) -> None:
+        self.line_bps = line_bps
         self.flows: dict[int, FlowStats] = {}
         self.acks_by_qp: dict[int, int] = {}
         self.cnps_by_qp: dict[int, int] = {}
         self.other = 0
+        self.rx_bins: dict[int, float] = {}   # rx_ns // RX_BIN_NS -> data frame bytes
 
     def add(self, pkt: RocePacket | None, rx_ns: int) -> FlowStats | None:
         if pkt is None:
@@ -276,6 +286,7 @@ class Receiver:
         st.packets += 1
         st.bytes += pkt.length
         st.payload_bytes += pkt.payload_len
+        self._bin(rx_ns, pkt.length)
         if pkt.ecn == roce.ECN_CE:
             st.ce += 1
         if rx_ns > st.last_rx_ns:
@@ -291,6 +302,21 @@ class Receiver:
         else:
             st._msg_got[h.msg_id] = got
         return st
+
+    def _bin(self, rx_ns: int, length: int) -> None:
+        bins = self.rx_bins
+        if not self.line_bps:
+            b = rx_ns // RX_BIN_NS
+            bins[b] = bins.get(b, 0) + length
+            return
+        start = rx_ns - length * 8e9 / self.line_bps     # when its first bit arrived
+        per_ns = length / (rx_ns - start)
+        t = start
+        while t < rx_ns:
+            b = int(t // RX_BIN_NS)
+            end = min(rx_ns, (b + 1) * RX_BIN_NS)
+            bins[b] = bins.get(b, 0) + per_ns * (end - t)
+            t = end
 
     def finish(self, sent_packets: dict[int, int] | None = None) -> dict[int, FlowStats]:
         """Close the books: open holes become losses; with `sent_packets` (flow id ->

@@ -17,6 +17,11 @@ no FCS/preamble); a rate given in pps is turned into bits/s with MTU-sized frame
 Message start times: ``paced`` (default for elephant) -- back to back at the flow's
 rate; ``poisson`` (default for mice and protocol) -- exponential gaps with the same
 mean. Messages are generated while their start time is below the duration.
+``gap_us`` (a class's or a flow's) puts an idle gap after every paced message, as a
+collective's pipeline leaves between the chunks it sends (a step waits for the data of
+the step before): the chunk goes at the flow's rate, then the sender is quiet. The gap is
+real-fabric time: the experiment stretches it by the lab's time scale (``stretch``), like
+every time constant, so flowlets see the same gaps at every scale.
 
 Patterns (``pattern.type``):
   ring-allreduce  for each rail r, a ring over the hosts' NIC r (rail-local);
@@ -116,10 +121,12 @@ _dist = {"x-hint": "a size (4096, 64KiB) or {fixed|uniform|lognormal|choice|cdf:
                     "scale": {"type": "number", "exclusiveMinimum": 0, "maximum": 1}}},
     _weighted,
 ]}
+_gap = {"type": "number", "minimum": 0, "x-hint": "real-fabric microseconds, like 2.5"}
 _cls = {"type": "object", "additionalProperties": False, "properties": {
     "size": _dist,
     "opcode": {"enum": ["send", "write"]},
     "arrival": {"enum": ["paced", "poisson"]},
+    "gap_us": _gap,
     "dscp": {"type": "integer", "minimum": 0, "maximum": 63},
 }}
 _endpoint = {"type": "string", "pattern": r"^[^:\s]+:[^:\s]+$",
@@ -129,6 +136,7 @@ _flow = {"type": "object", "additionalProperties": False, "required": ["src", "d
                         "class": {"enum": list(CLASSES)}, "rate": _rate, "size": _dist,
                         "opcode": {"enum": ["send", "write"]},
                         "arrival": {"enum": ["paced", "poisson"]},
+                        "gap_us": _gap,
                         "start": _dur, "stop": _dur,
                         "messages": {"type": "integer", "minimum": 1}}}
 _host = {"type": "object", "additionalProperties": False, "required": ["name", "nics"],
@@ -409,6 +417,7 @@ class ClassSpec:
     opcode: str
     arrival: str
     dscp: int
+    gap_us: float = 0.0            # real-fabric idle time after each paced message
 
 
 @dataclass
@@ -426,6 +435,7 @@ class Workload:
     transport: TransportConfig = field(default_factory=TransportConfig)
     load: float | None = None      # offered load as a fraction of the NIC's line rate (the experiment sets `rate`)
     qp: str = "per-pair"           # QP_MODES (module doc)
+    stretch: float = 1.0           # wall seconds per real-fabric second (the experiment's scale)
 
     @property
     def mtu_frame_bytes(self) -> int:
@@ -463,7 +473,8 @@ def load_dict(doc: Any, source: str = "<workload>") -> Workload:
             spec = {**DEFAULT_CLASSES[c], **doc.get("classes", {}).get(c, {})}
             classes[c] = ClassSpec(parse_dist(spec["size"], f"{source}: classes.{c}.size"),
                                    spec["opcode"], spec["arrival"],
-                                   int(spec.get("dscp", roce.DSCP_DATA)))
+                                   int(spec.get("dscp", roce.DSCP_DATA)),
+                                   float(spec.get("gap_us", 0.0)))
         wl = Workload(
             name=str(doc.get("name", Path(source).stem)),
             seed=int(doc.get("seed", 1)),
@@ -605,8 +616,10 @@ def _pairs(wl: Workload, hosts: Sequence[Host]) -> list[_Pair]:
 
 
 def _messages(rng: random.Random, dist: SizeDist, arrival: str, rate_bps: float,
-              mtu: int, t0: float, t1: float, max_msgs: int | None) -> tuple[Message, ...]:
-    """Message sizes and start times in [t0, t1) seconds for a flow of rate_bps."""
+              mtu: int, t0: float, t1: float, max_msgs: int | None,
+              gap_s: float = 0.0) -> tuple[Message, ...]:
+    """Message sizes and start times in [t0, t1) seconds for a flow of rate_bps; a paced
+    flow idles gap_s (wall) after each message."""
     msgs: list[Message] = []
     t = t0
     if arrival == "poisson":
@@ -615,7 +628,7 @@ def _messages(rng: random.Random, dist: SizeDist, arrival: str, rate_bps: float,
         size = max(dist.sample(rng), roce.RAILAB_HLEN)
         msgs.append(Message(len(msgs), size, int(round(t * 1e9))))
         if arrival == "paced":
-            t += _wire_bits(size, mtu) / rate_bps
+            t += _wire_bits(size, mtu) / rate_bps + gap_s
         else:
             t += rng.expovariate(1.0) * _wire_bits(dist.mean, mtu) / rate_bps
     return tuple(msgs)
@@ -667,8 +680,9 @@ def generate(wl: Workload, hosts: Sequence[Any] | None = None) -> list[Flow]:
             opcode = spec.get("opcode", cspec.opcode)
             arrival = spec.get("arrival", cspec.arrival)
             bps = pair_bps * share
+            gap_s = float(spec.get("gap_us", cspec.gap_us)) * 1e-6 * wl.stretch
             msgs = _messages(rng, dist, arrival, bps, wl.mtu, t0, t1,
-                             spec.get("messages", wl.pattern.get("messages")))
+                             spec.get("messages", wl.pattern.get("messages")), gap_s)
             if wl.qp == "per-message":
                 # each message its own QP; its offered rate is its share of the pair's
                 window = max(t1 - t0, 1e-9)

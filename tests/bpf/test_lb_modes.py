@@ -210,7 +210,7 @@ def test_flowlet_choices_repeat_after_a_mode_set(dp, lab, mode):
         mode("flowlet", group=G, flowlet_timeout_us=500_000)
         model_all(dp, window_us=10_000_000)   # no window closes: every placement still counts
         dp.forget_flowlets([G])
-        return [egress_of(run(dp, lab, udp(sport=7000 + i))) for i in range(40)]
+        return [egress_of(run(dp, lab, udp(sport=7000 + i, size=1000))) for i in range(40)]
 
     first = choices()
     assert set(first) == set(EG), "idle members tie: first flowlets spread over all of them"
@@ -236,7 +236,7 @@ def test_flowlets_starting_at_once_spread_no_worse_than_hashing(dp, lab, mode):
             mode(m, group=G, flowlet_timeout_us=3_000_000)
             model_all(dp, window_us=10_000_000)     # a fresh, idle meter on every member
             dp.forget_flowlets([G])
-            used = {egress_of(run(dp, lab, udp(sport=sp))) for sp in sports}
+            used = {egress_of(run(dp, lab, udp(sport=sp, size=1000))) for sp in sports}
             idle[m].append(n - len(used))
     hashing = idle_members_expected_by_hashing(n, n)
     mean = {m: sum(v) / trials for m, v in idle.items()}

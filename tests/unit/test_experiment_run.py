@@ -9,7 +9,8 @@ from types import SimpleNamespace
 from fakedp import programmed
 
 from dataplane.agent.protocol import CounterSnapshot
-from dataplane.experiment import runner, session
+from dataplane.experiment import runner, session, timeline
+from dataplane.traffic import receiver, roce
 
 
 class _GrowingFabric:
@@ -36,34 +37,50 @@ class _GrowingFabric:
         return self.snapshot().to_wire()
 
 
-def test_timeline_buckets_are_equal_and_start_at_the_common_start():
-    """The first bucket once spiked above what the fabric can carry: it was measured
-    from a different start than the bytes it counted. Buckets are now equal, from the
-    moment the senders are told to go."""
-    p = programmed()
-    rate = 62_500                             # bytes/s per host port
-    fabric = _GrowingFabric(p, rate)
-    clock = runner._RunClock(p.spec, fabric, [], sample_s=0.05)
-    time.sleep(0.1)                           # senders start up after the clock is made
-    clock.mark_start()
-    fabric.go = clock.t0
-    clock.start()
-    time.sleep(0.62)
-    clock.stop.set()
-    clock.join()
-    ts = [pt["t"] for pt in clock.timeline]
-    assert len(ts) >= 10
-    assert ts == [round(0.05 * (k + 1), 4) for k in range(len(ts))]
-    rates = [pt["bps"] / 8 for pt in clock.timeline]
-    expected = rate * len(fabric.host_ports)
-    assert all(abs(r - expected) <= 0.1 * expected for r in rates), (expected, rates)
+def test_timeline_buckets_are_equal_from_the_common_start_and_share_straddling_bins():
+    t0 = 10_000_500_000                    # t = 0 half-way through a 1 ms bin
+    bins = {10_000 + k: 1000 for k in range(400)}   # 1000 bytes every ms for 0.4 s
+    out = timeline.delivered_timeline(bins, 1_000_000, t0, 0.1)
+    assert [p["t"] for p in out] == [0.1, 0.2, 0.3]
+    # 1 MB/s -> 8 Mb/s in every full bucket, the half bin before t0 left out
+    assert all(abs(p["bps"] - 8e6) < 1 for p in out), out
 
 
-def test_equal_buckets_interpolate_between_samples():
-    samples = [(0.0, 0), (0.07, 700), (0.21, 2100), (0.26, 2600)]
-    out = runner.equal_buckets(samples, 0.1)
-    assert [p["t"] for p in out] == [0.1, 0.2]
-    assert [round(p["bps"]) for p in out] == [80_000, 80_000]
+def test_a_receiver_that_reads_late_makes_no_burst():
+    """The old timeline drew spray-rr at 97 Mb/s for a second where the fabric carries
+    64: it came from when the counters were read. Frames read in one late burst keep the
+    kernel's receive stamps, so the timeline stays at the rate they arrived at."""
+    line_bps = 2_000_000
+    rx = receiver.Receiver(line_bps=line_bps)
+    frames = _frames(1100, 2000)
+    gap_ns = -(-len(frames[0]) * 8 * 1_000_000_000 // line_bps)     # back to back at line rate
+    t0 = 5_000_000_000
+    packets = [roce.parse(f) for f in frames]
+    for i, pkt in enumerate(packets):                  # all read at the end, in one go
+        rx.add(pkt, t0 + i * gap_ns)
+    bins, width = timeline.merge_bins([{"rx_bin_ns": receiver.RX_BIN_NS,
+                                        "rx_bins": {str(b): n for b, n in rx.rx_bins.items()}}])
+    out = timeline.delivered_timeline(bins, width, t0, 0.1)
+    assert len(out) >= 80
+    assert max(p["bps"] for p in out) <= line_bps * 1.0001, max(p["bps"] for p in out)
+    assert min(p["bps"] for p in out[:-1]) >= line_bps * 0.95
+
+
+def test_host_capacity_is_the_host_links_emulated_speeds():
+    links = [{"a_role": "leaf", "b_role": "host", "scaled_bps": 2e6},
+             {"a_role": "leaf", "b_role": "host", "scaled_bps": 2e6},
+             {"a_role": "leaf", "b_role": "spine", "scaled_bps": 2e6}]
+    assert timeline.host_capacity_bps(links) == 4e6
+    assert timeline.host_capacity_bps([{"a_role": "leaf", "b_role": "host", "scaled_bps": None}]) is None
+
+
+def _frames(length: int, count: int) -> list[bytes]:
+    """`count` railab RoCE data frames of one flow, `length` bytes each."""
+    tpl = roce.FrameTemplate(src_mac="02:00:00:00:00:01", dst_mac="02:00:00:00:00:02",
+                             src_ip="10.0.0.1", dst_ip="10.0.1.2", sport=50000, dqpn=0x100,
+                             opcode=roce.Opcode.SEND_ONLY,
+                             payload_len=length - roce.frame_len(0))
+    return [bytes(tpl.fill(seq, False, 1, 0x101, seq, seq, 0, 1, length, 0, 0)) for seq in range(count)]
 
 
 def test_results_json_is_written_once(tmp_path, monkeypatch):
@@ -82,44 +99,6 @@ def test_results_json_is_written_once(tmp_path, monkeypatch):
     folder = session.write({"modes": {}, "sweeps": {}}, exp)
     assert written.count("results.json") == 1
     assert json.loads((folder / "results.json").read_text())["plots"] == [str(folder / "a.png")]
-
-
-class _FillingFabric(_GrowingFabric):
-    """Host ports of `capacity` bytes/s whose queues take a burst of `burst` bytes at
-    the start (counted as sent when queued) and then drain, while `rate` keeps coming."""
-
-    def __init__(self, programmer, rate: float, capacity: float, burst: int):
-        super().__init__(programmer, rate)
-        self.capacity, self.burst = capacity, burst
-
-    def snapshot(self, switch=None) -> CounterSnapshot:
-        now = time.monotonic()
-        since = 0.0 if self.go is None else max(now - self.go, 0.0)
-        self.snap.t_ns = int(now * 1e9)
-        queued = 0 if self.go is None else max(self.burst - (self.capacity - self.rate) * since, 0)
-        for port in self.host_ports:
-            port.tx_bytes = int((self.burst if self.go is not None else 0) + self.rate * since)
-            port.queue_bytes = int(queued)
-        return self.snap
-
-
-def test_timeline_counts_what_left_the_ports_not_what_filled_their_queues():
-    """The first bucket once showed more than the fabric can carry (140 Mb/s where it
-    carries 64): frames that filled the ports' queues at the start were counted as
-    delivered when they were queued."""
-    p = programmed()
-    capacity = 250_000                       # bytes/s per host port (2 Mb/s)
-    fabric = _FillingFabric(p, rate=200_000, capacity=capacity, burst=32_768)
-    clock = runner._RunClock(p.spec, fabric, [], sample_s=0.05)
-    clock.mark_start()
-    fabric.go = clock.t0
-    clock.start()
-    time.sleep(0.5)
-    clock.stop.set()
-    clock.join()
-    most = capacity * len(fabric.host_ports)
-    assert clock.timeline and all(pt["bps"] / 8 <= 1.1 * most for pt in clock.timeline), \
-        (most, [round(pt["bps"] / 8) for pt in clock.timeline[:4]])
 
 
 def test_fired_events_carry_their_time_and_the_agents_reaction(monkeypatch):
