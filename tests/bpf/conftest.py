@@ -1,6 +1,6 @@
 """Fixtures for the XDP data-plane tests (root + bcc).
 
-Every test here is marked `bpf` and `root`. Without root (or without bcc) the
+Every test here is marked `bpf` and `root` (tests/conftest.py). Without root (or without bcc) the
 tests are skipped with a reason naming what is missing -- except under CI
 (env CI set), where a missing prerequisite is an error: the suite runs as root
 there and must never silently skip.
@@ -42,8 +42,6 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if not str(item.fspath).startswith(here):
             continue
-        item.add_marker(pytest.mark.bpf)
-        item.add_marker(pytest.mark.root)
         if missing and not os.environ.get("CI"):
             item.add_marker(pytest.mark.skip(reason=missing))
         # under CI a missing prerequisite is not skipped: _ci_must_not_skip fails the test

@@ -122,6 +122,7 @@ def test_ecmp_collisions_versus_spraying(tmp_path):
         assert Path(plot).stat().st_size > 10_000
 
 
+@pytest.mark.slow   # 40 seeds, their mean against the balls-into-bins expectation
 @pytest.mark.timeout(1300)    # 40 deploys' worth of host processes: 514 s at load average 8
 def test_ecmp_seed_sweep_matches_balls_into_bins(tmp_path):
     """8 equal elephants hashed onto 8 uplinks leave 8 (7/8)^8 = 2.75 idle on average."""

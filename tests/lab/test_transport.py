@@ -107,6 +107,7 @@ def test_reordering_costs_go_back_n_not_selective_repeat(lab, tmp_path):
                for mode in out["_results"]["modes"].values() for run in mode["runs"])
 
 
+@pytest.mark.slow   # the experiment at two seeds, rankings by bootstrap compared
 @pytest.mark.flaky(reruns=2)   # Python hosts on a shared machine: a starved run may stall
 def test_fct_websearch_at_two_seeds_agrees_on_the_ranking_of_modes(lab, tmp_path):
     """experiments/fct-websearch.yml as shipped (8 s a mode) at workload seeds 1 and 2:
