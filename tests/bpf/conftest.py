@@ -6,7 +6,8 @@ tests are skipped with a reason naming what is missing -- except under CI
 there and must never silently skip.
 
 Namespaces and bpffs pins created here carry the prefix PREFIX (pid-based), are
-always removed by their fixtures, and test_zz_cleanup.py checks none is left.
+always removed by their fixtures, and `_nothing_left_behind` checks at the end of the
+session, after every other fixture is gone, that none is left.
 """
 
 from __future__ import annotations
@@ -52,6 +53,27 @@ def _ci_must_not_skip():
     missing = _missing()
     if missing and os.environ.get("CI"):
         pytest.fail(f"tests/bpf in CI: {missing}")
+
+
+def leftovers() -> list[str]:
+    """This session's test namespaces and bpffs pins that still exist."""
+    found = []
+    if os.path.isdir("/run/netns"):
+        found += [f"netns {n}" for n in sorted(os.listdir("/run/netns")) if n.startswith(PREFIX)]
+    if os.path.exists(PIN_ROOT):
+        found.append(f"pins {PIN_ROOT}")
+    return found
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _nothing_left_behind():
+    """Set up before any other fixture of tests/bpf (autouse, session scope), so torn down
+    after all of them: whatever a module's or the session's fixtures made must be gone by
+    then. A leak fails the session (an error at the last test's teardown), whatever order
+    the files ran in."""
+    yield
+    left = leftovers()
+    assert not left, f"tests/bpf left these behind: {left}"
 
 
 def sh(cmd: str | list[str], check: bool = True, **kw) -> subprocess.CompletedProcess:
