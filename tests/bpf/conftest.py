@@ -12,6 +12,7 @@ session, after every other fixture is gone, that none is left.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -19,6 +20,9 @@ import subprocess
 import sys
 
 import pytest
+
+from dataplane import progtest
+from dataplane.netns_util import in_netns
 
 PREFIX = f"rlt{os.getpid()}"
 PIN_ROOT = f"/sys/fs/bpf/{PREFIX}"
@@ -127,8 +131,41 @@ class NetnsFactory:
             raise RuntimeError("could not delete namespaces: " + "; ".join(errors))
 
 
-@pytest.fixture
-def netns():
+@contextlib.contextmanager
+def switch_bench(dp, make_netns, tag: str, switches: dict[int, int], ports: dict[int, tuple[int, int, str]],
+                 others=(), groups=()):
+    """A switch under test in the session's data plane: a namespace (made by `make_netns`,
+    e.g. the module_netns fixture) holding one veth pair per port with exactly that ifindex
+    (and per ifindex in `others`: devices that are no switch port), the switches
+    (id -> hash seed) and their ports (ifindex -> (switch id, slot, MAC)) programmed.
+    Yields the namespace. Afterwards every route of those switches, the `groups` and the
+    ports are gone from the data plane (the namespace goes with make_netns's fixture)."""
+    ns = make_netns(tag)
+    add_veths(ns, [*ports, *others])
+    for sw, seed in switches.items():
+        dp.set_switch(sw, hash_seed=seed)
+    for ifx, (sw, slot, mac) in ports.items():
+        dp.set_port(ifx, switch_id=sw, slot=slot, mac=mac)
+    try:
+        yield ns
+    finally:
+        for sw in switches:
+            for prefix in list(dp.routes(sw)):
+                dp.del_route(sw, prefix)
+        for gid in groups:
+            dp.del_group(gid)
+        for ifx in ports:
+            dp.del_port(ifx)
+
+
+def run_frame(dp, ns: str, frame, ingress: int, repeat: int = 1):
+    """The data plane's verdict on `frame` arriving on port `ingress` (BPF_PROG_TEST_RUN
+    inside `ns`, where that ifindex exists: the kernel checks ctx->ingress_ifindex there)."""
+    with in_netns(ns):
+        return progtest.prog_test_run(dp.prog_fd, bytes(frame), ingress_ifindex=ingress, repeat=repeat)
+
+
+def _netns_factory():
     f = NetnsFactory()
     try:
         yield f
@@ -136,13 +173,8 @@ def netns():
         f.delete_all()
 
 
-@pytest.fixture(scope="module")
-def module_netns():
-    f = NetnsFactory()
-    try:
-        yield f
-    finally:
-        f.delete_all()
+netns = pytest.fixture(_netns_factory, name="netns")                          # per test
+module_netns = pytest.fixture(_netns_factory, scope="module", name="module_netns")
 
 
 @pytest.fixture(scope="session")
