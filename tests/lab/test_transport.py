@@ -13,16 +13,13 @@ from dataplane.experiment import session
 from dataplane.experiment import spec as experiment_spec
 from dataplane.report import metrics, ranking
 
-from .conftest import ROOT, deployed
+from .conftest import ROOT, lab_fixture
 
 EXPERIMENTS = ROOT / "experiments"
 LAB = EXPERIMENTS / "labs" / "transport.clab.yml"
 
 
-@pytest.fixture(scope="module")
-def lab():
-    with deployed(LAB, "tp") as spec:
-        yield spec
+lab = lab_fixture(LAB, "tp")
 
 
 def _run(lab, tmp_path, name: str, **changes) -> dict[str, dict]:
