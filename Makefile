@@ -1,10 +1,12 @@
 # railab: `make demo` runs the main job, `make test` the whole suite. Both set up first.
+# `make check` is the fast loop (unit and BPF tests, not the lab or slow ones, and the
+# strict docs build); `make docs` builds the documentation site into site/.
 VENV    := .venv
 PY      := $(VENV)/bin/python
 RAILAB  := $(VENV)/bin/railab
 DEMO_LAB := labs/rail-optimized/rail-optimized.clab.yml
 
-.PHONY: setup test test-unit demo labs clean
+.PHONY: setup test test-unit check docs demo labs clean
 
 setup:
 	@bash scripts/setup.sh
@@ -14,6 +16,15 @@ test: setup
 
 test-unit: setup
 	$(PY) -m pytest -ra tests/unit
+
+# Markers: every test is `unit`, `bpf` or `lab` (by directory, tests/conftest.py); `slow`
+# marks the statistical multi-run ones. tests/unit/test_docs.py runs `mkdocs build --strict`.
+check: setup
+	$(PY) -m pytest -ra -m "(unit or bpf) and not slow" tests
+
+docs:
+	@command -v mkdocs >/dev/null || bash scripts/setup.sh
+	mkdocs build --strict --site-dir site
 
 # the demo runs on network namespaces: it needs no containerlab build
 demo:
@@ -25,3 +36,4 @@ labs: setup
 
 clean:
 	-$(RAILAB) destroy --all
+	rm -rf site

@@ -30,6 +30,8 @@ APT_PACKAGES=(
     python3-aiohttp chromium chromium-driver python3-selenium
     # test runner and plugins
     python3-pytest python3-hypothesis python3-pytest-timeout python3-pytest-rerunfailures
+    # the documentation site (`make docs`; `mkdocs build --strict` runs in `make check`/`make test`)
+    mkdocs mkdocs-material
     # bcc and what it compiles with
     bpfcc-tools libbpfcc clang llvm linux-headers-amd64
     # tools the data-plane tests and benchmarks drive

@@ -1,16 +1,18 @@
 """Fixtures for the XDP data-plane tests (root + bcc).
 
-Every test here is marked `bpf` and `root`. Without root (or without bcc) the
+Every test here is marked `bpf` and `root` (tests/conftest.py). Without root (or without bcc) the
 tests are skipped with a reason naming what is missing -- except under CI
 (env CI set), where a missing prerequisite is an error: the suite runs as root
 there and must never silently skip.
 
 Namespaces and bpffs pins created here carry the prefix PREFIX (pid-based), are
-always removed by their fixtures, and test_zz_cleanup.py checks none is left.
+always removed by their fixtures, and `_nothing_left_behind` checks at the end of the
+session, after every other fixture is gone, that none is left.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -18,6 +20,9 @@ import subprocess
 import sys
 
 import pytest
+
+from dataplane import progtest
+from dataplane.netns_util import in_netns
 
 PREFIX = f"rlt{os.getpid()}"
 PIN_ROOT = f"/sys/fs/bpf/{PREFIX}"
@@ -42,8 +47,6 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if not str(item.fspath).startswith(here):
             continue
-        item.add_marker(pytest.mark.bpf)
-        item.add_marker(pytest.mark.root)
         if missing and not os.environ.get("CI"):
             item.add_marker(pytest.mark.skip(reason=missing))
         # under CI a missing prerequisite is not skipped: _ci_must_not_skip fails the test
@@ -54,6 +57,27 @@ def _ci_must_not_skip():
     missing = _missing()
     if missing and os.environ.get("CI"):
         pytest.fail(f"tests/bpf in CI: {missing}")
+
+
+def leftovers() -> list[str]:
+    """This session's test namespaces and bpffs pins that still exist."""
+    found = []
+    if os.path.isdir("/run/netns"):
+        found += [f"netns {n}" for n in sorted(os.listdir("/run/netns")) if n.startswith(PREFIX)]
+    if os.path.exists(PIN_ROOT):
+        found.append(f"pins {PIN_ROOT}")
+    return found
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _nothing_left_behind():
+    """Set up before any other fixture of tests/bpf (autouse, session scope), so torn down
+    after all of them: whatever a module's or the session's fixtures made must be gone by
+    then. A leak fails the session (an error at the last test's teardown), whatever order
+    the files ran in."""
+    yield
+    left = leftovers()
+    assert not left, f"tests/bpf left these behind: {left}"
 
 
 def sh(cmd: str | list[str], check: bool = True, **kw) -> subprocess.CompletedProcess:
@@ -107,8 +131,41 @@ class NetnsFactory:
             raise RuntimeError("could not delete namespaces: " + "; ".join(errors))
 
 
-@pytest.fixture
-def netns():
+@contextlib.contextmanager
+def switch_bench(dp, make_netns, tag: str, switches: dict[int, int], ports: dict[int, tuple[int, int, str]],
+                 others=(), groups=()):
+    """A switch under test in the session's data plane: a namespace (made by `make_netns`,
+    e.g. the module_netns fixture) holding one veth pair per port with exactly that ifindex
+    (and per ifindex in `others`: devices that are no switch port), the switches
+    (id -> hash seed) and their ports (ifindex -> (switch id, slot, MAC)) programmed.
+    Yields the namespace. Afterwards every route of those switches, the `groups` and the
+    ports are gone from the data plane (the namespace goes with make_netns's fixture)."""
+    ns = make_netns(tag)
+    add_veths(ns, [*ports, *others])
+    for sw, seed in switches.items():
+        dp.set_switch(sw, hash_seed=seed)
+    for ifx, (sw, slot, mac) in ports.items():
+        dp.set_port(ifx, switch_id=sw, slot=slot, mac=mac)
+    try:
+        yield ns
+    finally:
+        for sw in switches:
+            for prefix in list(dp.routes(sw)):
+                dp.del_route(sw, prefix)
+        for gid in groups:
+            dp.del_group(gid)
+        for ifx in ports:
+            dp.del_port(ifx)
+
+
+def run_frame(dp, ns: str, frame, ingress: int, repeat: int = 1):
+    """The data plane's verdict on `frame` arriving on port `ingress` (BPF_PROG_TEST_RUN
+    inside `ns`, where that ifindex exists: the kernel checks ctx->ingress_ifindex there)."""
+    with in_netns(ns):
+        return progtest.prog_test_run(dp.prog_fd, bytes(frame), ingress_ifindex=ingress, repeat=repeat)
+
+
+def _netns_factory():
     f = NetnsFactory()
     try:
         yield f
@@ -116,13 +173,8 @@ def netns():
         f.delete_all()
 
 
-@pytest.fixture(scope="module")
-def module_netns():
-    f = NetnsFactory()
-    try:
-        yield f
-    finally:
-        f.delete_all()
+netns = pytest.fixture(_netns_factory, name="netns")                          # per test
+module_netns = pytest.fixture(_netns_factory, scope="module", name="module_netns")
 
 
 @pytest.fixture(scope="session")

@@ -14,39 +14,26 @@ from scapy.layers.l2 import ARP, Ether
 
 from dataplane import bpf_abi as abi
 
-from dataplane import progtest
-from dataplane.netns_util import in_netns
-from scapy.layers.inet import IP, UDP
-from scapy.packet import Raw
-
-from .conftest import add_veths
+from .. import frames
+from .conftest import run_frame, switch_bench
 
 # ids of their own (the dp fixture is shared with the other modules of tests/bpf)
 SW = 5
 IN = 401
 EG = [402, 403, 404, 405]
-ALL = [IN, *EG]
-SLOT = {ifx: 60 + i for i, ifx in enumerate(ALL)}
+ALL, SLOT, PORT_MAC, NH_MAC = frames.port_plan(IN, EG, first_slot=60, port_mac="02:00:00:05:00",
+                                               nh_mac="02:00:00:06:00", base=400)
 HOST_MAC = "02:00:00:00:bb:02"
-PORT_MAC = {ifx: f"02:00:00:05:00:{ifx - 400:02x}" for ifx in ALL}
-NH_MAC = {ifx: f"02:00:00:06:00:{ifx - 400:02x}" for ifx in EG}
 G = 60
 
 
 @pytest.fixture(scope="module")
 def lab(dp, module_netns):
-    ns = module_netns("fo")
-    add_veths(ns, ALL)
-    dp.set_switch(SW, hash_seed=0x1234)
-    for ifx in ALL:
-        dp.set_port(ifx, switch_id=SW, slot=SLOT[ifx], mac=PORT_MAC[ifx])
-    dp.set_group(G, [(e, NH_MAC[e]) for e in EG])
-    dp.add_route(SW, "10.40.0.0/16", G)
-    yield ns
-    dp.del_route(SW, "10.40.0.0/16")
-    dp.del_group(G)
-    for ifx in ALL:
-        dp.del_port(ifx)
+    ports = {ifx: (SW, SLOT[ifx], PORT_MAC[ifx]) for ifx in ALL}
+    with switch_bench(dp, module_netns, "fo", {SW: 0x1234}, ports, groups=[G]) as ns:
+        dp.set_group(G, [(e, NH_MAC[e]) for e in EG])
+        dp.add_route(SW, "10.40.0.0/16", G)
+        yield ns
 
 
 @pytest.fixture
@@ -57,19 +44,13 @@ def mode(dp, lab):
     dp.set_group_lb(G, mode="ecmp", clear_weights=True, flowlet_timeout_us=100, busy_util=0)
 
 
-def udp(dst="10.40.0.1", src="10.9.0.2", sport=1000, dport=2000):
-    return (Ether(src=HOST_MAC, dst=PORT_MAC[IN]) / IP(src=src, dst=dst)
-            / UDP(sport=sport, dport=dport) / Raw(b"x" * 32))
+udp = frames.udp_from(HOST_MAC, PORT_MAC[IN], dst="10.40.0.1")
+egress_of = frames.egress_lookup(NH_MAC)
 
 
 def run(dp, ns, frame):
-    with in_netns(ns):
-        return progtest.prog_test_run(dp.prog_fd, bytes(frame), ingress_ifindex=IN)
+    return run_frame(dp, ns, frame, IN)
 
-
-def egress_of(res) -> int:
-    assert res.verdict == "redirect", res.verdict
-    return {v: k for k, v in NH_MAC.items()}[Ether(res.data).dst]
 
 FLOWS = range(2000, 2400)
 MODES = ["ecmp", "lbn", "spray-rr", "spray-random", "flowlet", "wcmp"]

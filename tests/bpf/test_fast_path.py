@@ -15,15 +15,14 @@ import threading
 import time
 
 import pytest
-from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
-from scapy.packet import Raw
 
 from dataplane import bpf_abi as abi
 from dataplane import progtest
 from dataplane.netns_util import in_netns
 
-from .conftest import add_veths
+from .. import frames
+from .conftest import run_frame, switch_bench
 
 # ids of their own (the dp fixture is shared with the other modules of tests/bpf)
 SW, SW2 = 9, 10
@@ -42,24 +41,12 @@ PREFIX = "10.50.0.0/16"
 
 @pytest.fixture(scope="module")
 def lab(dp, module_netns):
-    ns = module_netns("rc")
-    add_veths(ns, ALL)
-    dp.set_switch(SW, hash_seed=0x77)
-    dp.set_switch(SW2, hash_seed=0x78)
-    for ifx in [IN, *EG, BIG]:
-        dp.set_port(ifx, switch_id=SW, slot=SLOT[ifx], mac=PORT_MAC[ifx])
-    dp.set_port(IN2, switch_id=SW2, slot=SLOT[IN2], mac=PORT_MAC[IN2])
-    dp.set_group(G_A, [(EG[0], NH_MAC[EG[0]])])
-    dp.set_group(G_B, [(EG[1], NH_MAC[EG[1]])])
-    dp.set_group(G_ALL, [(e, NH_MAC[e]) for e in EG])
-    yield ns
-    for sw in (SW, SW2):
-        for prefix in list(dp.routes(sw)):
-            dp.del_route(sw, prefix)
-    for gid in (G_A, G_B, G_ALL):
-        dp.del_group(gid)
-    for ifx in ALL:
-        dp.del_port(ifx)
+    ports = {ifx: (SW2 if ifx == IN2 else SW, SLOT[ifx], PORT_MAC[ifx]) for ifx in ALL}
+    with switch_bench(dp, module_netns, "rc", {SW: 0x77, SW2: 0x78}, ports, groups=[G_A, G_B, G_ALL]) as ns:
+        dp.set_group(G_A, [(EG[0], NH_MAC[EG[0]])])
+        dp.set_group(G_B, [(EG[1], NH_MAC[EG[1]])])
+        dp.set_group(G_ALL, [(e, NH_MAC[e]) for e in EG])
+        yield ns
 
 
 @pytest.fixture
@@ -73,23 +60,19 @@ def routes(dp, lab):
         dp.set_port_state(ifx, True)
 
 
-def udp(dst="10.50.1.1", sport=1000, src="10.9.0.2", ingress_mac=PORT_MAC[IN]):
-    return (Ether(src=HOST_MAC, dst=ingress_mac) / IP(src=src, dst=dst)
-            / UDP(sport=sport, dport=2000) / Raw(b"x" * 32))
+udp = frames.udp_from(HOST_MAC, PORT_MAC[IN], dst="10.50.1.1")
+egress_of = frames.egress_lookup(NH_MAC)
 
 
 def run(dp, ns, frame, ifindex=IN):
-    with in_netns(ns):
-        return progtest.prog_test_run(dp.prog_fd, bytes(frame), ingress_ifindex=ifindex)
+    return run_frame(dp, ns, frame, ifindex)
 
 
 def egress(dp, ns, frame, ifindex=IN):
     """Egress port of the frame (after a warm-up run of the same frame), or the verdict."""
     run(dp, ns, frame, ifindex)
     res = run(dp, ns, frame, ifindex)
-    if res.verdict != "redirect":
-        return res.verdict
-    return {v: k for k, v in NH_MAC.items()}[Ether(res.data).dst]
+    return egress_of(res) if res.verdict == "redirect" else res.verdict
 
 
 def test_route_change_takes_effect_at_once(dp, lab, routes):
@@ -150,9 +133,9 @@ def test_cache_is_per_switch(dp, lab, routes):
     dp.add_route(SW2, PREFIX, G_B)
     for _ in range(3):      # same dst, alternating switches: each keeps its own route
         assert egress(dp, lab, udp()) == EG[0]
-        assert egress(dp, lab, udp(ingress_mac=PORT_MAC[IN2]), ifindex=IN2) == EG[1]
+        assert egress(dp, lab, udp(dmac=PORT_MAC[IN2]), ifindex=IN2) == EG[1]
     dp.del_route(SW2, PREFIX)
-    assert egress(dp, lab, udp(ingress_mac=PORT_MAC[IN2]), ifindex=IN2) == "drop"
+    assert egress(dp, lab, udp(dmac=PORT_MAC[IN2]), ifindex=IN2) == "drop"
     assert egress(dp, lab, udp()) == EG[0]
 
 
@@ -184,9 +167,9 @@ def test_cache_hit_needs_the_generation(dp, lab, routes):
 
 def test_port_beyond_port_index_uses_the_hash(dp, lab, routes):
     assert BIG >= dp.port_index_slots
-    assert egress(dp, lab, udp(ingress_mac=PORT_MAC[BIG]), ifindex=BIG) in EG
+    assert egress(dp, lab, udp(dmac=PORT_MAC[BIG]), ifindex=BIG) in EG
     dp.set_port_state(BIG, False)
-    assert egress(dp, lab, udp(ingress_mac=PORT_MAC[BIG]), ifindex=BIG) == "drop"
+    assert egress(dp, lab, udp(dmac=PORT_MAC[BIG]), ifindex=BIG) == "drop"
     assert dp.port_counters(BIG)["drops"]["port_down"] == 2
 
 
@@ -197,7 +180,7 @@ def test_deleted_port_is_unknown(dp, lab, routes):
     dp.del_port(EG[3])
     assert dp.maps.lookup("port_index", ct.c_uint32(EG[3]), info) and info.flags == 0
     try:
-        assert egress(dp, lab, udp(ingress_mac=PORT_MAC[EG[3]]), ifindex=EG[3]) == "drop"
+        assert egress(dp, lab, udp(dmac=PORT_MAC[EG[3]]), ifindex=EG[3]) == "drop"
         assert dp.drop_counters()["unknown_port"] == before + 2
     finally:
         dp.set_port(EG[3], switch_id=SW, slot=SLOT[EG[3]], mac=PORT_MAC[EG[3]])
@@ -234,8 +217,7 @@ def test_lock_free_queue_on_two_cpus(dp, lab, routes):
     dp.add_route(SW, PREFIX, G_A)
     speed, buf, size = 1_000_000_000, 30_000, 1000
     dp.set_port_model(EG[0], speed_bps=speed, buffer_bytes=buf, ecn_bytes=None)
-    frame = bytes(Ether(src=HOST_MAC, dst=PORT_MAC[IN]) / IP(src="10.9.0.2", dst="10.50.1.1", ttl=255)
-                  / UDP(sport=1000, dport=2000) / Raw(b"x" * (size - 42)))
+    frame = bytes(udp(ttl=255, size=size - 42))
     calls, repeat = 30, 200
     before = dp.port_counters(EG[0])
     errors = []

@@ -3,44 +3,33 @@ the route path and the traffic-matrix path, nothing when off."""
 from __future__ import annotations
 
 import pytest
-from scapy.layers.inet import IP, UDP
-from scapy.layers.l2 import Ether
-from scapy.packet import Raw
 
-from dataplane import progtest
-from dataplane.netns_util import in_netns
-
-from .conftest import add_veths
+from .. import frames
+from .conftest import run_frame, switch_bench
 
 SW = 7
 IN, EG1, EG2 = 171, 172, 173
 SLOT = {IN: 71, EG1: 72, EG2: 73}
-MAC = {ifx: f"02:00:00:07:00:{ifx - 170:02x}" for ifx in SLOT}
+MAC = frames.macs("02:00:00:07:00", SLOT, 170)
+HOST_MAC = "02:00:00:00:dd:07"
 G = 70
 
 
 @pytest.fixture(scope="module")
 def lab(dp, module_netns):
-    ns = module_netns("fl")
-    add_veths(ns, list(SLOT))
-    dp.set_switch(SW, hash_seed=7)
-    for ifx, slot in SLOT.items():
-        dp.set_port(ifx, switch_id=SW, slot=slot, mac=MAC[ifx])
-    dp.set_group(G, [(EG1, "02:00:00:08:00:01")])
-    dp.add_route(SW, "10.70.0.0/16", G)
-    yield ns
-    dp.set_flow_visibility(False)
-    dp.forget_flows_seen(2**64 - 1)
-    for ifx in SLOT:
-        dp.del_port(ifx)
+    ports = {ifx: (SW, slot, MAC[ifx]) for ifx, slot in SLOT.items()}
+    with switch_bench(dp, module_netns, "fl", {SW: 7}, ports, groups=[G]) as ns:
+        dp.set_group(G, [(EG1, "02:00:00:08:00:01")])
+        dp.add_route(SW, "10.70.0.0/16", G)
+        yield ns
+        dp.set_flow_visibility(False)
+        dp.forget_flows_seen(2**64 - 1)
 
 
 def send(dp, ns, sport, n, dst="10.70.0.9"):
-    frame = bytes(Ether(dst=MAC[IN]) / IP(src="10.9.0.2", dst=dst) / UDP(sport=sport, dport=4791)
-                  / Raw(b"x" * 100))
-    with in_netns(ns):
-        for _ in range(n):
-            assert progtest.prog_test_run(dp.prog_fd, frame, ingress_ifindex=IN).verdict == "redirect"
+    frame = bytes(frames.udp(dst, smac=HOST_MAC, dmac=MAC[IN], sport=sport, dport=4791, size=100))
+    for _ in range(n):
+        assert run_frame(dp, ns, frame, IN).verdict == "redirect"
     return len(frame)
 
 

@@ -14,48 +14,38 @@ import ctypes as ct
 import time
 
 import pytest
-from scapy.contrib.roce import BTH
-from scapy.layers.inet import IP, UDP
+from scapy.layers.inet import IP
 from scapy.layers.l2 import Ether
 from scapy.packet import Raw
 
 from dataplane import bpf_abi as abi
-from dataplane import progtest
-from dataplane.netns_util import in_netns
 from dataplane.bpfio import BPF_F_LOCK
 from dataplane.switch_dataplane import wcmp_slots
 
-from .conftest import add_veths
+from .. import frames
+from .conftest import run_frame, switch_bench
 
 SW = 3
 IN = 201
 EG = [202, 203, 204, 205]
-ALL = [IN, *EG]
-SLOT = {ifx: 20 + i for i, ifx in enumerate(ALL)}
+ALL, SLOT, PORT_MAC, NH_MAC = frames.port_plan(IN, EG, first_slot=20, port_mac="02:00:00:03:00",
+                                               nh_mac="02:00:00:04:00", base=200)
 HOST_MAC = "02:00:00:00:bb:01"
-PORT_MAC = {ifx: f"02:00:00:03:00:{ifx - 200:02x}" for ifx in ALL}
-NH_MAC = {ifx: f"02:00:00:04:00:{ifx - 200:02x}" for ifx in EG}
 G = 40                      # the group under test: 10.40.0.0/16, 4 members
 G2 = 41                     # two members (EG[0], EG[1]): 10.41.0.0/16
 
 
 @pytest.fixture(scope="module")
 def lab(dp, module_netns):
-    ns = module_netns("lb")
-    add_veths(ns, ALL)
-    dp.set_switch(SW, hash_seed=0xabcd)
-    for ifx in ALL:
-        dp.set_port(ifx, switch_id=SW, slot=SLOT[ifx], mac=PORT_MAC[ifx])
-    dp.set_group(G, [(e, NH_MAC[e]) for e in EG])
-    dp.set_group(G2, [(e, NH_MAC[e]) for e in EG[:2]])
-    dp.add_route(SW, "10.40.0.0/16", G)
-    dp.add_route(SW, "10.41.0.0/16", G2)
-    yield ns
-    for ifx in ALL:
-        dp.set_port_model(ifx, speed_bps=0)
-        dp.del_port(ifx)
-    dp.del_route(SW, "10.40.0.0/16")
-    dp.del_route(SW, "10.41.0.0/16")
+    ports = {ifx: (SW, SLOT[ifx], PORT_MAC[ifx]) for ifx in ALL}
+    with switch_bench(dp, module_netns, "lb", {SW: 0xabcd}, ports, groups=[G, G2]) as ns:
+        dp.set_group(G, [(e, NH_MAC[e]) for e in EG])
+        dp.set_group(G2, [(e, NH_MAC[e]) for e in EG[:2]])
+        dp.add_route(SW, "10.40.0.0/16", G)
+        dp.add_route(SW, "10.41.0.0/16", G2)
+        yield ns
+        for ifx in ALL:
+            dp.set_port_model(ifx, speed_bps=0)
 
 
 @pytest.fixture
@@ -70,24 +60,16 @@ def mode(dp, lab):
         dp.set_port_model(ifx, speed_bps=0)
 
 
-def udp(dst="10.40.0.1", src="10.9.0.2", sport=1000, dport=2000, ttl=64, tos=0, size=32):
-    return (Ether(src=HOST_MAC, dst=PORT_MAC[IN]) / IP(src=src, dst=dst, ttl=ttl, tos=tos)
-            / UDP(sport=sport, dport=dport) / Raw(b"x" * size))
+udp = frames.udp_from(HOST_MAC, PORT_MAC[IN], dst="10.40.0.1")
+egress_of = frames.egress_lookup(NH_MAC)
 
 
-def roce(opcode, dst="10.40.0.1", src="10.9.0.2", sport=49152, qp=17, psn=1):
-    return (Ether(src=HOST_MAC, dst=PORT_MAC[IN]) / IP(src=src, dst=dst) / UDP(sport=sport, dport=4791)
-            / BTH(opcode=opcode, pkey=0xffff, dqpn=qp, psn=psn) / Raw(b"\0" * 64))
+def roce(opcode, dst="10.40.0.1", **kw):
+    return frames.roce(dst, smac=HOST_MAC, dmac=PORT_MAC[IN], opcode=opcode, **kw)
 
 
 def run(dp, ns, frame, repeat=1):
-    with in_netns(ns):
-        return progtest.prog_test_run(dp.prog_fd, bytes(frame), ingress_ifindex=IN, repeat=repeat)
-
-
-def egress_of(res) -> int:
-    assert res.verdict == "redirect", res.verdict
-    return {v: k for k, v in NH_MAC.items()}[Ether(res.data).dst]
+    return run_frame(dp, ns, frame, IN, repeat)
 
 
 def poke_queue(dp, ifindex, *, backlog_ns=0, util=0.0):
@@ -514,8 +496,7 @@ def test_pfc_classes_and_a_paused_egress_holds_lossless_frames_in_the_ingress_ac
         # the neighbour behind EG[0] pauses priority 3 for 65,535 quanta (65 ms here)
         pause = (Ether(src=NH_MAC[EG[0]], dst="01:80:c2:00:00:01", type=0x8808)
                  / Raw(bytes([1, 1, 0, 1 << 3]) + bytes(6) + (65535).to_bytes(2, "big") + bytes(8 + 26)))
-        with in_netns(lab):
-            progtest.prog_test_run(dp.prog_fd, bytes(pause), ingress_ifindex=EG[0])
+        run_frame(dp, lab, pause, EG[0])
         assert dp.pfc_paused(SLOT[EG[0]], time.monotonic_ns())
         q_before = abi.PortQueue()
         assert dp.maps.lookup("port_queue", ct.c_uint32(SLOT[EG[0]]), q_before)

@@ -10,7 +10,6 @@ from __future__ import annotations
 import collections
 
 import pytest
-from scapy.contrib.roce import BTH
 from scapy.layers.inet import ICMP, IP, TCP, UDP
 from scapy.layers.inet6 import IPv6
 from scapy.layers.l2 import ARP, Ether
@@ -19,7 +18,8 @@ from scapy.packet import Raw
 from dataplane import progtest
 from dataplane.netns_util import in_netns
 
-from .conftest import add_veths
+from .. import frames
+from .conftest import run_frame, switch_bench
 
 SW = 1            # switch under test
 SW2 = 2           # a second switch: routing tables are per switch
@@ -30,55 +30,40 @@ UNKNOWN = 199     # a device that is not a switch port
 ALL = [IN, *EG, IN2, UNKNOWN]
 
 HOST_MAC = "02:00:00:00:aa:01"
-PORT_MAC = {ifx: f"02:00:00:01:00:{ifx - 100:02x}" for ifx in ALL}
-NH_MAC = {ifx: f"02:00:00:02:00:{ifx - 100:02x}" for ifx in EG}
+PORT_MAC = frames.macs("02:00:00:01:00", ALL, 100)
+NH_MAC = frames.macs("02:00:00:02:00", EG, 100)
 
 G_ECMP, G_ONE, G_EMPTY, G_LBN, G_SPRAY = 10, 11, 12, 13, 14
 
 
 @pytest.fixture(scope="module")
 def lab(dp, module_netns):
-    ns = module_netns("pt")
-    add_veths(ns, ALL)
-    dp.set_switch(SW, hash_seed=0x1234)
-    dp.set_switch(SW2, hash_seed=0x9999)
-    for slot, ifx in enumerate([IN, *EG], start=1):
-        dp.set_port(ifx, switch_id=SW, slot=slot, mac=PORT_MAC[ifx])
-    dp.set_port(IN2, switch_id=SW2, slot=11, mac=PORT_MAC[IN2])
-    dp.add_address(SW, IN, "10.0.0.1")
-    dp.set_group(G_ECMP, [(e, NH_MAC[e]) for e in EG])
-    dp.set_group(G_ONE, [(EG[0], NH_MAC[EG[0]])])
-    dp.set_group(G_EMPTY, [])
-    dp.set_group(G_LBN, [(e, NH_MAC[e]) for e in EG], mode="lbn")
-    dp.set_group(G_SPRAY, [(e, NH_MAC[e]) for e in EG], mode="spray_random")
-    dp.add_route(SW, "10.1.0.0/16", G_ECMP)
-    dp.add_route(SW, "10.2.0.0/16", G_ONE)
-    dp.add_route(SW, "10.3.0.0/16", G_EMPTY)
-    dp.add_route(SW, "10.4.0.0/16", G_LBN)
-    dp.add_route(SW, "10.5.0.0/16", G_SPRAY)
-    yield ns
-    for ifx in ALL:
-        dp.del_port(ifx)
+    ports = {ifx: (SW, slot, PORT_MAC[ifx]) for slot, ifx in enumerate([IN, *EG], start=1)}
+    ports[IN2] = (SW2, 11, PORT_MAC[IN2])
+    groups = [G_ECMP, G_ONE, G_EMPTY, G_LBN, G_SPRAY]
+    with switch_bench(dp, module_netns, "pt", {SW: 0x1234, SW2: 0x9999}, ports, others=[UNKNOWN],
+                      groups=groups) as ns:
+        dp.add_address(SW, IN, "10.0.0.1")
+        dp.set_group(G_ECMP, [(e, NH_MAC[e]) for e in EG])
+        dp.set_group(G_ONE, [(EG[0], NH_MAC[EG[0]])])
+        dp.set_group(G_EMPTY, [])
+        dp.set_group(G_LBN, [(e, NH_MAC[e]) for e in EG], mode="lbn")
+        dp.set_group(G_SPRAY, [(e, NH_MAC[e]) for e in EG], mode="spray_random")
+        for n, gid in enumerate(groups, start=1):
+            dp.add_route(SW, f"10.{n}.0.0/16", gid)
+        yield ns
 
 
 def run(dp, ns, frame, ifindex=IN):
-    with in_netns(ns):
-        return progtest.prog_test_run(dp.prog_fd, bytes(frame), ingress_ifindex=ifindex)
+    return run_frame(dp, ns, frame, ifindex)
 
 
-def udp(dst, src="10.9.0.2", sport=1000, dport=2000, ttl=64, payload=b"x" * 32, dmac=None):
-    return (Ether(src=HOST_MAC, dst=dmac or PORT_MAC[IN]) / IP(src=src, dst=dst, ttl=ttl)
-            / UDP(sport=sport, dport=dport) / Raw(payload))
+udp = frames.udp_from(HOST_MAC, PORT_MAC[IN])
+egress_of = frames.egress_lookup(NH_MAC)
 
 
-def roce(dst, qp, src="10.9.0.2", sport=49152, psn=7):
-    return (Ether(src=HOST_MAC, dst=PORT_MAC[IN]) / IP(src=src, dst=dst) / UDP(sport=sport, dport=4791)
-            / BTH(opcode=4, pkey=0xffff, dqpn=qp, psn=psn) / Raw(b"\0" * 64))
-
-
-def egress_of(res) -> int:
-    dst = Ether(res.data).dst
-    return {v: k for k, v in NH_MAC.items()}[dst]
+def roce(dst, qp, psn=7, **kw):
+    return frames.roce(dst, smac=HOST_MAC, dmac=PORT_MAC[IN], qp=qp, psn=psn, **kw)
 
 
 def drops(dp, ifindex=IN):

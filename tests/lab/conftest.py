@@ -3,6 +3,7 @@ also when the test fails; `assert_no_leftovers` checks that nothing of it remain
 from __future__ import annotations
 
 import contextlib
+import json
 import signal
 import subprocess
 import sys
@@ -89,6 +90,29 @@ def deployed(kind: str | Path, prefix: str):
     finally:
         lifecycle.destroy(spec.name)
         assert not leftovers(spec.name, spec)
+
+
+def lab_fixture(kind: str | Path, prefix: str):
+    """A module's `lab` fixture: `deployed(kind, prefix)` for the module's tests, the
+    LabSpec as its value (`lab = lab_fixture("clos2", "flt")` in the module)."""
+    @pytest.fixture(scope="module", name="lab")
+    def lab():
+        with deployed(kind, prefix) as spec:
+            yield spec
+    return lab
+
+
+def run_experiment(path: Path, output: Path, *, name: str | None = None, prefix: str = "exp",
+                   timeout: float = 600) -> dict:
+    """`railab run PATH --json --output OUTPUT --name NAME` as a user runs it: its JSON report.
+    Without `name` the experiment deploys a lab of its own under a unique name, and must
+    leave nothing of it behind."""
+    own = name is None
+    name = name or unique_name(prefix)
+    proc = railab("run", str(path), "--json", "--output", str(output), "--name", name, timeout=timeout)
+    if own:
+        assert leftovers(name) == [], "the lab the experiment deployed must be gone"
+    return json.loads(proc.stdout)
 
 
 @pytest.fixture

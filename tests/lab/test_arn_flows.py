@@ -11,7 +11,7 @@ import pytest
 from dataplane import faults
 from dataplane.lb import Fabric
 
-from .conftest import deployed, railab
+from .conftest import lab_fixture, railab
 from .faulttraffic import RawStream, Receiver, paced
 
 SRC, DST_HOST, DST_IP = "srv1", "srv3", "10.0.1.2"     # leaf1 -> leaf2
@@ -24,10 +24,7 @@ UTIL_LIMIT = 0.9
 HOLD_MS, INTERVAL_MS = 6.0 * SCALE * 1000, 0.02 * SCALE * 1000
 
 
-@pytest.fixture(scope="module")
-def lab():
-    with deployed("clos2", "fglb") as spec:
-        yield spec
+lab = lab_fixture("clos2", "fglb")
 
 
 def _paths(fab, spec) -> dict[int, list[tuple[str, str]]]:

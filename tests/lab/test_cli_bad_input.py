@@ -5,20 +5,14 @@ from __future__ import annotations
 import pytest
 
 from dataplane.lb import Fabric
-from dataplane.runtime import lifecycle
 
-from .conftest import leftovers, railab, shipped, spec_from, unique_name
+from .conftest import deployed, railab
 
 
 @pytest.fixture(scope="module")
 def lab():
-    spec = spec_from(shipped("clos2"), unique_name("bad"))
-    lifecycle.deploy(spec)
-    try:
+    with deployed("clos2", "bad") as spec:
         yield spec.name
-    finally:
-        lifecycle.destroy(spec.name)
-        assert not leftovers(spec.name, spec)
 
 
 CASES = {

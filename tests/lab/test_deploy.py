@@ -55,7 +55,7 @@ def test_shipped_lab_probes_clean_through_xdp(lab_factory, kind):
 
 
 def test_foreign_srlinux_file_deploys_and_probes(lab_factory):
-    spec = lab_factory(DATA / "srl-leaf-spine.clab.yml", prefix="srl")
+    spec = lab_factory(DATA / "srl-ls.clab.yml", prefix="srl")
     roles = {n.name: n.role for n in spec.nodes}
     assert roles["spine1"] == "spine" and roles["leaf1"] == "leaf" and roles["client1"] == "host"
     result = run_probe(spec)

@@ -10,7 +10,7 @@ import pytest
 from dataplane.lb import Fabric
 from dataplane.runtime import netns as rt
 
-from .conftest import ROOT, leftovers, railab, shipped, unique_name
+from .conftest import ROOT, railab, run_experiment, shipped
 
 EXPERIMENTS = ROOT / "experiments"
 
@@ -100,11 +100,7 @@ def test_broken_experiment_says_what_and_deploys_nothing(tmp_path, case):
 
 
 def test_ecmp_collisions_versus_spraying(tmp_path):
-    name = unique_name("exp")
-    proc = railab("run", str(EXPERIMENTS / "ecmp-vs-spray.yml"), "--json", "--output", str(tmp_path),
-                  "--name", name, timeout=600)
-    assert leftovers(name) == [], "the lab the experiment deployed must be gone"
-    report = json.loads(proc.stdout)
+    report = run_experiment(EXPERIMENTS / "ecmp-vs-spray.yml", tmp_path, prefix="exp")
     ecmp, spray = report["modes"]["ecmp"], report["modes"]["spray-rr"]
     # Spraying evens the uplinks out; ECMP piles elephants onto some and leaves others idle.
     assert spray["uplink_max_mean"] < ecmp["uplink_max_mean"]
@@ -122,14 +118,11 @@ def test_ecmp_collisions_versus_spraying(tmp_path):
         assert Path(plot).stat().st_size > 10_000
 
 
+@pytest.mark.slow   # 40 seeds, their mean against the balls-into-bins expectation
 @pytest.mark.timeout(1300)    # 40 deploys' worth of host processes: 514 s at load average 8
 def test_ecmp_seed_sweep_matches_balls_into_bins(tmp_path):
     """8 equal elephants hashed onto 8 uplinks leave 8 (7/8)^8 = 2.75 idle on average."""
-    name = unique_name("sweep")
-    proc = railab("run", str(EXPERIMENTS / "ecmp-seed-sweep.yml"), "--json", "--output", str(tmp_path),
-                  "--name", name, timeout=1200)
-    assert leftovers(name) == []
-    report = json.loads(proc.stdout)
+    report = run_experiment(EXPERIMENTS / "ecmp-seed-sweep.yml", tmp_path, prefix="sweep", timeout=1200)
     idle = report["sweeps"]["ecmp sweep"]["idle_uplinks"]
     assert idle["runs"] >= 30
     assert idle["expected_mean"] == pytest.approx(8 * (7 / 8) ** 8, rel=1e-6)
@@ -150,11 +143,7 @@ PACKET_S = 1100 * 8 / 1.6e6     # elephants.yml: ~1,100-byte frames at 1.6 Mb/s 
 @pytest.mark.flaky(reruns=2)  # receivers in Python: a starved run may drop packets itself
 @pytest.mark.parametrize("experiment", sorted(FAILED_LINKS))
 def test_scheduled_link_failure_is_reported_per_flow(tmp_path, experiment):
-    name = unique_name("lf")
-    proc = railab("run", str(EXPERIMENTS / experiment), "--json", "--output", str(tmp_path),
-                  "--name", name, timeout=600)
-    assert leftovers(name) == []
-    report = json.loads(proc.stdout)
+    report = run_experiment(EXPERIMENTS / experiment, tmp_path, prefix="lf")
     ecmp = report["modes"]["ecmp"]
     # The data plane's own path trace puts some flows on the failed links; the others
     # must not lose a packet, and the failed links' flows move on by themselves.

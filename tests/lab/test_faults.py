@@ -12,7 +12,7 @@ import pytest
 from dataplane import faults
 from dataplane.lb import Fabric
 
-from .conftest import deployed
+from .conftest import lab_fixture
 from .faulttraffic import RawStream, Receiver, Result, paced
 from .lbtraffic import delta, member_packets
 
@@ -27,10 +27,7 @@ FLOWS = 16
 PPS = 16000
 
 
-@pytest.fixture(scope="module")
-def lab():
-    with deployed("clos2", "flt") as spec:
-        yield spec
+lab = lab_fixture("clos2", "flt")
 
 
 @pytest.fixture

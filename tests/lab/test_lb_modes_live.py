@@ -10,9 +10,8 @@ import time
 import pytest
 
 from dataplane.lb import Fabric
-from dataplane.runtime import lifecycle
 
-from .conftest import leftovers, shipped, spec_from, unique_name
+from .conftest import deployed
 from .lbtraffic import HostPort, delta, member_packets
 
 LEAF = "pod1-leaf1"
@@ -22,22 +21,19 @@ CHI2_P001_DF3 = 16.27
 
 @pytest.fixture(scope="module")
 def lab():
-    spec = spec_from(shipped("clos3"), unique_name("lb"))
-    lifecycle.deploy(spec)
-    fab = Fabric(spec.name)
-    ports = {}
-    try:
-        fab.set_port_model(scale=1 / 4000)   # 400G -> 100 Mb/s: a Python sender loads a port
-        ports["srv1"] = HostPort(spec, "srv1", 0)      # leaf down1, LBN 0
-        ports["srv1b"] = HostPort(spec, "srv1", 1)     # leaf down2, LBN 1
-        ports["srv2"] = HostPort(spec, "srv2", 0)      # leaf down3, LBN 2
-        ports["srv2b"] = HostPort(spec, "srv2", 1)     # leaf down4, LBN 3
-        yield spec, fab, ports
-    finally:
-        for p in ports.values():
-            p.close()
-        lifecycle.destroy(spec.name)
-        assert not leftovers(spec.name, spec)
+    with deployed("clos3", "lb") as spec:
+        fab = Fabric(spec.name)
+        ports = {}
+        try:
+            fab.set_port_model(scale=1 / 4000)   # 400G -> 100 Mb/s: a Python sender loads a port
+            ports["srv1"] = HostPort(spec, "srv1", 0)      # leaf down1, LBN 0
+            ports["srv1b"] = HostPort(spec, "srv1", 1)     # leaf down2, LBN 1
+            ports["srv2"] = HostPort(spec, "srv2", 0)      # leaf down3, LBN 2
+            ports["srv2b"] = HostPort(spec, "srv2", 1)     # leaf down4, LBN 3
+            yield spec, fab, ports
+        finally:
+            for p in ports.values():
+                p.close()
 
 
 @pytest.fixture
@@ -124,22 +120,23 @@ def test_lbn_each_ingress_port_uses_member_lbn_mod_n(lab, fab):
 
 
 # ---------------------------------------------------------------- spraying
-def test_spray_rr_even_within_1_percent(lab, fab):
-    spec, _, ports = lab
-    fab.set_mode("spray-rr", switch=LEAF)
+def _sprayed(fab, port, mode: str, frames: int = 4000) -> dict:
+    """Packets per member of LEAF's group towards DST for one flow of `frames` frames from
+    `port`, the leaf in `mode`."""
+    fab.set_mode(mode, switch=LEAF)
     before = member_packets(fab, LEAF, DST)
-    ports["srv1"].send([ports["srv1"].frame(DST, 5000, 5001)] * 4000, rate_bps=50e6)
-    d = delta(member_packets(fab, LEAF, DST), before)
+    port.send([port.frame(DST, 5000, 5001)] * frames, rate_bps=50e6)
+    return delta(member_packets(fab, LEAF, DST), before)
+
+
+def test_spray_rr_even_within_1_percent(lab, fab):
+    d = _sprayed(fab, lab[2]["srv1"], "spray-rr")
     assert sum(d.values()) == 4000
     assert max(d.values()) - min(d.values()) <= 0.01 * 1000, d
 
 
 def test_spray_random_chi_square_uniform(lab, fab):
-    spec, _, ports = lab
-    fab.set_mode("spray-random", switch=LEAF)
-    before = member_packets(fab, LEAF, DST)
-    ports["srv1"].send([ports["srv1"].frame(DST, 5000, 5001)] * 4000, rate_bps=50e6)
-    d = delta(member_packets(fab, LEAF, DST), before)
+    d = _sprayed(fab, lab[2]["srv1"], "spray-random")
     n = sum(d.values())
     assert n == 4000
     chi2 = sum((v - n / 4) ** 2 / (n / 4) for v in d.values())

@@ -7,9 +7,8 @@ from __future__ import annotations
 import pytest
 
 from dataplane.lb import Fabric
-from dataplane.runtime import lifecycle
 
-from .conftest import leftovers, shipped, spec_from, unique_name
+from .conftest import deployed
 from .lbtraffic import HostPort
 
 # Timing measurements of real traffic on a shared 2-core machine: a run that the
@@ -22,18 +21,15 @@ SIZE = 1000
 
 @pytest.fixture(scope="module")
 def lab():
-    spec = spec_from(shipped("clos2"), unique_name("pm"))
-    lifecycle.deploy(spec)
-    port = None
-    try:
-        Fabric(spec.name).set_port_model(scale=1 / 4000)   # 400G -> 100 Mb/s: Python fills it
-        port = HostPort(spec, spec.hosts[0].name, 0)
-        yield spec, Fabric(spec.name), port
-    finally:
-        if port:
-            port.close()
-        lifecycle.destroy(spec.name)
-        assert not leftovers(spec.name, spec)
+    with deployed("clos2", "pm") as spec:
+        port = None
+        try:
+            Fabric(spec.name).set_port_model(scale=1 / 4000)   # 400G -> 100 Mb/s: Python fills it
+            port = HostPort(spec, spec.hosts[0].name, 0)
+            yield spec, Fabric(spec.name), port
+        finally:
+            if port:
+                port.close()
 
 
 def _run(fab, port, sport, rate_factor, seconds=1.5):

@@ -11,18 +11,14 @@ import pytest
 from dataplane.errors import RuntimeStateError
 from dataplane.lb import Fabric
 
-from .conftest import ROOT, leftovers, railab, shipped, unique_name
+from .conftest import ROOT, run_experiment, shipped
 
 EXPERIMENTS = ROOT / "experiments"
 
 
 @pytest.mark.flaky(reruns=3)   # Python senders on a shared machine: a starved sender skews a run
 def test_nav_spreads_eight_elephants_within_one_interval(tmp_path):
-    name = unique_name("nav")
-    proc = railab("run", str(EXPERIMENTS / "nav-elephants.yml"), "--json", "--output", str(tmp_path),
-                  "--name", name, timeout=900)
-    assert leftovers(name) == [], "the lab the experiment deployed must be gone"
-    report = json.loads(proc.stdout)
+    report = run_experiment(EXPERIMENTS / "nav-elephants.yml", tmp_path, prefix="nav", timeout=900)
     ecmp, nav = report["modes"]["ecmp"], report["modes"]["nav"]
     print({k: (ecmp.get(k), nav.get(k)) for k in ("leaf_uplink_max_mean", "leaf_uplink_max_mean_settled",
                                                  "nav_leaf_uplink_max_mean", "reorder_pct", "loss_packets")})
@@ -75,11 +71,8 @@ def test_nav_refuses_bad_requests_and_changes_nothing(lab_factory):
 
 @pytest.mark.flaky(reruns=2)   # a starved agent can miss two intervals on a shared machine
 def test_nav_replans_around_a_dead_link_within_two_intervals(tmp_path):
-    name = unique_name("navf")
-    proc = railab("run", str(EXPERIMENTS / "nav-link-failure.yml"), "--json", "--output", str(tmp_path),
-                  "--name", name, timeout=900)
-    assert leftovers(name) == []
-    results = json.loads((Path(json.loads(proc.stdout)["folder"]) / "results.json").read_text())
+    report = run_experiment(EXPERIMENTS / "nav-link-failure.yml", tmp_path, prefix="navf", timeout=900)
+    results = json.loads((Path(report["folder"]) / "results.json").read_text())
     run = results["modes"]["nav"]["runs"][0]
     nav = run["nav"]
     down = next(e["t_ns"] for e in run["events"] if e["what"].startswith("link-down"))
@@ -105,11 +98,7 @@ def test_nav_host_places_a_collective_evenly_from_the_first_packet(experiment, t
     places them before the first packet, every uplink of a sending leaf carries the same
     bytes over the whole run, and the collective ends when the fabric's capacity allows.
     ECMP on the same flows misses both."""
-    name = unique_name("navcoll")
-    proc = railab("run", str(EXPERIMENTS / experiment), "--json", "--output", str(tmp_path),
-                  "--name", name, timeout=600)
-    assert leftovers(name) == [], "the lab the experiment deployed must be gone"
-    report = json.loads(proc.stdout)["modes"]
+    report = run_experiment(EXPERIMENTS / experiment, tmp_path, prefix="navcoll")["modes"]
     ecmp, nav = report["ecmp"], report["nav-host"]
     assert nav["loss_packets"] == 0 and nav["messages_incomplete"] == 0, nav
     # the uplinks, not the senders, set the ideal: the run is sized so

@@ -3,7 +3,6 @@ PFC off vs on, with tcpdump on a sender's link to see the pause frames on the wi
 from __future__ import annotations
 
 import collections
-import json
 import socket
 import subprocess
 import threading
@@ -16,7 +15,7 @@ from dataplane import pfc
 from dataplane.lb import Fabric
 from dataplane.netns_util import in_netns
 
-from .conftest import ROOT, railab, shipped
+from .conftest import ROOT, run_experiment, shipped
 from .lbtraffic import HostPort
 
 
@@ -30,13 +29,11 @@ def test_incast_pfc_pauses_senders_and_loses_nothing_lossless(lab_factory, tmp_p
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         time.sleep(1.0)                                    # tcpdump ready
-        proc = railab("run", str(ROOT / "experiments" / "pfc-incast.yml"), "--json", "--output",
-                      str(tmp_path), "--name", spec.name, timeout=600)
+        report = run_experiment(ROOT / "experiments" / "pfc-incast.yml", tmp_path, name=spec.name)
     finally:
         time.sleep(0.3)
         cap.terminate()
         cap.wait(timeout=10)
-    report = json.loads(proc.stdout)
     off, on = report["modes"]["pfc-off"], report["modes"]["pfc-on"]
     print({k: (off[k], on[k]) for k in ("lossless_lost", "lossy_lost", "pause_frames", "pause_fraction",
                                         "headroom_drops")}, on["paused_ports"])
@@ -148,9 +145,7 @@ def test_a_paused_switch_port_holds_its_frames_and_the_pause_spreads_upstream(la
 @pytest.mark.flaky(reruns=2)   # Python hosts on a shared machine: a starved sender offers less
 def test_hol_blocking_under_ecmp_stalls_the_victims_and_spraying_frees_them(lab_factory, tmp_path):
     spec = lab_factory(shipped("rail-optimized"), prefix="pfchol")
-    proc = railab("run", str(ROOT / "experiments" / "pfc-hol.yml"), "--json", "--output",
-                  str(tmp_path), "--name", spec.name, timeout=600)
-    report = json.loads(proc.stdout)
+    report = run_experiment(ROOT / "experiments" / "pfc-hol.yml", tmp_path, name=spec.name)
     ecmp, spray = report["modes"]["ecmp"], report["modes"]["spray-rr"]
     print({k: (ecmp[k], spray[k]) for k in ("mice_goodput_bps", "pause_frames", "pause_fraction",
                                            "lossless_lost", "headroom_drops")}, ecmp["paused_ports"])

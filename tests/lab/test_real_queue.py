@@ -12,10 +12,9 @@ import pytest
 from dataplane import faults
 from dataplane.experiment.runner import wait_for_drain
 from dataplane.lb import Fabric
-from dataplane.runtime import lifecycle
 from dataplane.traffic import iperf
 
-from .conftest import leftovers, shipped, spec_from, unique_name
+from .conftest import deployed
 from .faulttraffic import RawStream, Receiver
 
 SCALE = 1 / 40000            # 400G -> 10 Mb/s: a 1,000-byte frame takes 0.8 ms
@@ -30,25 +29,22 @@ TIMING = pytest.mark.flaky(reruns=2)
 
 @pytest.fixture(scope="module")
 def lab():
-    spec = spec_from(shipped("clos2"), unique_name("rq"))
-    lifecycle.deploy(spec)
-    stream = receiver_ns = None
-    try:
-        fab = Fabric(spec.name)
-        fab.set_port_model(scale=SCALE, queue="real")
-        src = spec.hosts[0].name
-        leaf = spec.hosts[0].interfaces[0].peer.split(":")[0]
-        far = next(h for h in spec.hosts if h.interfaces[0].peer.split(":")[0] != leaf)
-        dst_ip = spec.host_nics[far.name][0].address.split("/")[0]
-        stream = RawStream(spec, src, dst_ip, dport=DPORT, size=SIZE)
-        receiver_ns = far.netns
-        stream.dst_ip = dst_ip
-        yield spec, fab, stream, receiver_ns, leaf
-    finally:
-        if stream:
-            stream.close()
-        lifecycle.destroy(spec.name)
-        assert not leftovers(spec.name, spec)
+    with deployed("clos2", "rq") as spec:
+        stream = None
+        try:
+            fab = Fabric(spec.name)
+            fab.set_port_model(scale=SCALE, queue="real")
+            src = spec.hosts[0].name
+            leaf = spec.hosts[0].interfaces[0].peer.split(":")[0]
+            far = next(h for h in spec.hosts if h.interfaces[0].peer.split(":")[0] != leaf)
+            dst_ip = spec.host_nics[far.name][0].address.split("/")[0]
+            stream = RawStream(spec, src, dst_ip, dport=DPORT, size=SIZE)
+            receiver_ns = far.netns
+            stream.dst_ip = dst_ip
+            yield spec, fab, stream, receiver_ns, leaf
+        finally:
+            if stream:
+                stream.close()
 
 
 def _qdiscs(netns: str) -> str:

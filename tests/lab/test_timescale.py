@@ -92,6 +92,7 @@ def close(a: float, b: float, floor: float, relative: float = 0.1) -> bool:
     return abs(a - b) <= max(relative * max(abs(a), abs(b)), floor)
 
 
+@pytest.mark.slow   # four modes at two scales, each run compared with the other
 @pytest.mark.flaky(reruns=2)   # Python senders on a shared machine: a starved second skews one run
 def test_the_same_experiment_at_two_scales_gives_the_same_results(lab_factory, tmp_path):
     spec = lab_factory(shipped("rail-optimized"), prefix="tscale")

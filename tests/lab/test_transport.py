@@ -13,16 +13,13 @@ from dataplane.experiment import session
 from dataplane.experiment import spec as experiment_spec
 from dataplane.report import metrics, ranking
 
-from .conftest import ROOT, deployed
+from .conftest import ROOT, lab_fixture
 
 EXPERIMENTS = ROOT / "experiments"
 LAB = EXPERIMENTS / "labs" / "transport.clab.yml"
 
 
-@pytest.fixture(scope="module")
-def lab():
-    with deployed(LAB, "tp") as spec:
-        yield spec
+lab = lab_fixture(LAB, "tp")
 
 
 def _run(lab, tmp_path, name: str, **changes) -> dict[str, dict]:
@@ -107,6 +104,7 @@ def test_reordering_costs_go_back_n_not_selective_repeat(lab, tmp_path):
                for mode in out["_results"]["modes"].values() for run in mode["runs"])
 
 
+@pytest.mark.slow   # the experiment at two seeds, rankings by bootstrap compared
 @pytest.mark.flaky(reruns=2)   # Python hosts on a shared machine: a starved run may stall
 def test_fct_websearch_at_two_seeds_agrees_on_the_ranking_of_modes(lab, tmp_path):
     """experiments/fct-websearch.yml as shipped (8 s a mode) at workload seeds 1 and 2:

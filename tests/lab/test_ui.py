@@ -14,17 +14,14 @@ import pytest
 
 from dataplane.ui import runs
 
-from .conftest import LABS, ROOT, deployed, railab, wait_for
+from .conftest import LABS, ROOT, lab_fixture, railab, wait_for
 from .uibrowser import chromium, http, ui_server
 
 SCREENSHOT_COPY = os.environ.get("RAILAB_UI_SCREENSHOT")   # e.g. docs/ui.png (README's picture)
 UPLINK = ("spine1:down1", "leaf1-r0:up1")
 
 
-@pytest.fixture(scope="module")
-def lab():
-    with deployed("rail-optimized", "ui") as spec:
-        yield spec
+lab = lab_fixture("rail-optimized", "ui")
 
 
 @pytest.fixture

@@ -11,7 +11,7 @@ DATA = Path(__file__).resolve().parents[1] / "lab" / "data"
 
 
 def test_a_linux_host_with_its_own_image_is_external_only_under_containerlab():
-    topo = read(DATA / "srl-leaf-spine.clab.yml")        # clients: linux, network-multitool
+    topo = read(DATA / "srl-ls.clab.yml")        # clients: linux, network-multitool
     netns = labspec.build(topo, "f", runtime="netns")
     clab = labspec.build(topo, "f", runtime="containerlab")
     assert not any(n.external for n in netns.nodes)       # emulated hosts, sysctls and all

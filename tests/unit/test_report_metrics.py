@@ -196,9 +196,16 @@ def test_render_text_units_and_sweep_line():
     assert "\x1b[" not in text   # plain text
 
 
-def test_metrics_json_serialisable():
-    s = m.mode_summary([run_with([1, 2, 3], [flow(1, completions_us=[1.0])])])
-    json.dumps(s)
+def test_metrics_json_round_trip_keeps_every_value():
+    """results.json holds mode_summary as it is: strict JSON (no NaN), and reading it back
+    gives the same values (no tuples, no numpy scalars that json turns into something else)."""
+    runs = [run_with([1, 2, 3], [flow(1, completions_us=[1.0])]), run_with([2, 2, 2], seed=2)]
+    s = m.mode_summary(runs)
+    assert set(m.METRIC_KEYS) <= set(s)
+    assert json.loads(json.dumps(s, allow_nan=False)) == s
+    assert s["seeds"] == [1, 2] and s["label"] == "ecmp" and len(s["runs"]) == 2
+    assert s["jain"]["n"] == 2 and s["jain"]["values"] == pytest.approx([6 / 7, 1.0])
+    assert s["jain"]["mean"] == pytest.approx((6 / 7 + 1) / 2)
 
 
 # --- fault figures (issue 17) ---------------------------------------------------------

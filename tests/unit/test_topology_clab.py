@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from dataplane.errors import TopologyError
@@ -46,8 +46,13 @@ def test_round_trip_any_fabric(case, speed, name):
     kind, params = case
     try:
         topo = generate(kind, name=name, speed=speed, **params)
-    except TopologyError:
-        return  # the radix ran out; test_topology_generate covers which cases
+    except TopologyError as err:
+        # Only the radix may run out (spines or cores with too few ports; which cases is
+        # test_topology_generate's): any other refusal is a bug. Such a draw round-trips
+        # nothing, so it does not count as an example (hypothesis fails the test if too
+        # few draws are left: about a third are refused).
+        assert "--leaf-ports" in str(err), str(err)
+        assume(False)
     assert_round_trip(topo)
 
 
