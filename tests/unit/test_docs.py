@@ -139,11 +139,11 @@ def test_examples_run(page, scratch, capsys):
 
 
 @pytest.mark.parametrize("reason", sorted(NOT_RUN))
-def test_examples_that_need_a_lab(reason):
-    """Not run here, and said so: parsed above (test_example_parses), run by hand on a lab."""
+def test_examples_not_run_here_are_marked_with_a_known_reason(reason):
+    """Examples that deploy or need a lab are parsed (test_example_parses), not run in the
+    unit tests; each reason must still mark some example, or it is stale."""
     which = [e for e in EXAMPLES if e.not_run == reason]
     assert which, f"no example is marked '{reason}': drop it from NOT_RUN"
-    pytest.skip(f"{len(which)} doc examples not run, {reason}: {NOT_RUN[reason]} (parsed only)")
 
 
 # ---------------------------------------------------------------- the site
