@@ -288,3 +288,30 @@ def test_qp_per_message_needs_a_closed_loop_transport():
         load_dict({"qp": "per-message", "pattern": {"type": "all-to-all"}}, "wl.yaml")
     with pytest.raises(WorkloadError, match=r"wl.yaml: qp: 'each' is not one of"):
         load_dict({"qp": "each", "transport": "go-back-n", "pattern": {"type": "all-to-all"}}, "wl.yaml")
+
+
+def test_gap_us_idles_after_every_message_in_real_fabric_time():
+    """A collective's chunks: each at the flow's rate, then gap_us of real-fabric time,
+    stretched by the experiment's time scale like every time constant."""
+    doc = {"seed": 1, "duration": "3s", "rate": "1Mbps", "mix": {"elephant": 1},
+           "classes": {"elephant": {"size": "16KiB", "arrival": "paced", "gap_us": 1.5}},
+           "pattern": {"type": "cross-rail"}}
+    for stretch in (1.0, 200_000.0, 800_000.0):
+        wl = load_dict(doc)
+        wl.stretch = stretch
+        f = generate(wl, hosts(2, 2))[0]
+        bits = (16384 + len(roce.segment_message(16384, f.mtu)) * roce.frame_len(0) + 3) * 8
+        step = bits / f.rate_bps + 1.5e-6 * stretch
+        starts = [m.start_ns / 1e9 for m in f.messages]
+        assert len(starts) >= 2
+        assert all(b - a == pytest.approx(step, rel=1e-6) for a, b in zip(starts, starts[1:]))
+    with pytest.raises(WorkloadError, match="gap_us"):
+        load_dict({**doc, "classes": {"elephant": {"gap_us": -1}}})
+
+
+def test_an_experiments_scale_stretches_the_workloads_gaps(tmp_path):
+    from dataplane.experiment import spec
+    root = __import__("pathlib").Path(__file__).resolve().parents[2]
+    exp = spec.load(root / "experiments" / "ecmp-vs-spray.yml")
+    assert exp.workload.stretch == pytest.approx(1 / exp.port_model["scale"])
+    assert exp.workload.classes["elephant"].gap_us > 0
