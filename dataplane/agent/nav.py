@@ -392,6 +392,12 @@ class Navigator:
             count += 1
             if old is not None and old.path == best:
                 old.rate_bps = rate
+                if announced and not old.announced:
+                    # a flow the controller had measured (e.g. the same five-tuple in the run
+                    # before) and that the hosts now announce is an announced flow: without
+                    # this it expired before it started and was re-placed from measured rates
+                    old.announced, old.last_bytes = True, -1
+                    old.last_growth = time.monotonic() + grace
                 continue
             placed = Placed(five, pair[0], pair[1], best, rate, announced=announced or bool(old and old.announced))
             if announced:

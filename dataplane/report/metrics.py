@@ -22,8 +22,11 @@ Definitions (``D`` = run["duration_s"]):
 * ``uplink_cv`` = standard deviation / mean of uplink loads (population std; 0 when all 0).
 * ``max_uplink_util`` = max over uplinks of load / emulated port speed (scaled_bps);
   None when no uplink has a scaled speed.
-* ``idle_uplinks`` = uplinks that carried less than IDLE_FRACTION (1%) of the bytes of
+* ``idle_uplinks`` = uplinks that carried less than IDLE_FRACTION (1%) of the data of
   the busiest uplink of the same run (all uplinks are idle when none carried anything).
+  Data = the bytes beyond PROTOCOL_FRAME_BYTES per frame: an uplink that carried only
+  acknowledgements and CNPs (62 and 74 bytes) carried no data, however many (colliding
+  flows get their packets CE-marked and send back a CNP for each).
   ``idle_leaf_uplinks`` counts only leaf->spine uplinks; ``idle_elephant_uplinks`` only
   those of leaves that send elephants upwards, each against its own busiest uplink (the
   measured side of ``expected_idle_uplinks``).
@@ -89,6 +92,7 @@ from dataplane.topology.model import Endpoint
 from dataplane.traffic import roce
 
 IDLE_FRACTION = 0.01
+PROTOCOL_FRAME_BYTES = 80      # an ACK (62 B) or a CNP (74 B) is no bigger
 UP_PAIRS = {("leaf", "spine"): "leaf-spine", ("spine", "core"): "spine-core"}
 
 # Scalar metrics of run_metrics, in display order (mode_summary summarises these).
@@ -172,6 +176,11 @@ def max_mean(values) -> float | None:
         return None
     mean = sum(xs) / len(xs)
     return 1.0 if mean == 0 else max(xs) / mean
+
+
+def data_bytes(up: dict) -> int:
+    """What an uplink carried beyond protocol-sized frames (module doc, idle_uplinks)."""
+    return max(int(up["bytes"]) - PROTOCOL_FRAME_BYTES * int(up["packets"]), 0)
 
 
 def idle_count(values, fraction: float = IDLE_FRACTION) -> int:
@@ -285,7 +294,7 @@ def idle_elephant_uplinks(run: dict) -> int | None:
     by_leaf: dict[str, list[float]] = defaultdict(list)
     for up in uplinks(run):
         if up["tier"] == "leaf-spine":
-            by_leaf[up["node"]].append(up["load_bps"])
+            by_leaf[up["node"]].append(data_bytes(up))
     return sum(idle_count(by_leaf[leaf]) for leaf, (n, _m) in per_leaf.items() if n > 0)
 
 
@@ -443,8 +452,9 @@ def run_metrics(run: dict) -> dict:
         "jain": jain_index(loads),
         "uplink_cv": (float(np.std(loads)) / mean if mean else 0.0) if loads else None,
         "max_uplink_util": max(utils) if utils else None,
-        "idle_uplinks": idle_count(loads) if loads else 0,
-        "idle_leaf_uplinks": idle_count(leaf_loads) if leaf_loads else 0,
+        "idle_uplinks": idle_count([data_bytes(u) for u in ups]) if ups else 0,
+        "idle_leaf_uplinks": idle_count([data_bytes(u) for u in ups if u["tier"] == "leaf-spine"])
+        if leaf_loads else 0,
         "idle_elephant_uplinks": idle_elephant_uplinks(run),
         "expected_idle_uplinks": expected_idle_for_run(run),
         "uplinks": len(loads),

@@ -129,8 +129,9 @@ def plot_uplink_loads(results, path) -> Path | None:
         ax.bar(xs, [v / div for v in mean], color=colours, edgecolor="black", linewidth=0.4,
                yerr=[s / div for s in std] if std else None, capsize=2 if std else 0,
                error_kw={"linewidth": 0.8})
-        idle = ([i for i, v in enumerate(mean) if v < m.IDLE_FRACTION * max(mean)]
-                if max(mean) > 0 and not ranked else [])
+        carried = [m.data_bytes(u) for u in ups]     # idle as the table counts it
+        idle = ([i for i, v in enumerate(carried) if v < m.IDLE_FRACTION * max(carried)]
+                if max(carried) > 0 and not ranked else [])
         if idle:
             ax.plot(idle, [0] * len(idle), linestyle="none", marker="x", color="#555555", markersize=6,
                     clip_on=False, zorder=5, label=f"idle ({len(idle)})")

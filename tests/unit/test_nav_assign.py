@@ -63,3 +63,17 @@ def test_two_flows_that_must_share_are_not_shuffled_round_after_round():
     assert nav.moves == 0
     per_uplink = [sum(1 for p in currents.values() if p == path) for path in paths]
     assert sorted(per_uplink) == [1] * 6 + [2]
+
+
+def test_a_measured_flow_the_hosts_then_announce_becomes_an_announced_one():
+    """nav-host once lost the demo's placement: the controller's first round placed the
+    five-tuples still in the flow table from the mode run before (measured, not announced);
+    the hosts' announcement found them on the same paths and left them measured, so they
+    expired before they started and were re-placed later from chunky measured rates."""
+    nav = _navigator(4)
+    paths = nav.paths[("leafA", "leafB")]
+    _round(nav, {0: paths[0]}, random.Random(3))            # measured, from stale counters
+    assert not nav.placed[_five(0)].announced
+    nav._assign([(_five(0), 0.3 * UPLINK_BPS, ("leafA", "leafB"), None, 0.0)], {}, announced=True)
+    placed = nav.placed[_five(0)]
+    assert placed.announced and placed.path == paths[0] and placed.last_bytes == -1

@@ -62,9 +62,21 @@ def test_zero_and_no_uplinks():
     assert none["max_uplink_util"] is None and none["expected_idle_uplinks"] is None
 
 
-def test_idle_threshold_is_one_percent_of_busiest():
-    met = m.run_metrics(run_with([100_000, 999, 1000, 50_000, 0]))
-    assert met["idle_uplinks"] == 2      # 999 and 0 are below 1% of 100000; 1000 is not
+def test_idle_threshold_is_one_percent_of_the_busiest_uplinks_data():
+    # data = bytes - 80 per frame (frames of 1000 bytes here): 92,000 on the busiest;
+    # 919 is under 1 % of it, 920 is not
+    met = m.run_metrics(run_with([100_000, 919, 920, 50_000, 0]))
+    assert met["idle_uplinks"] == 2
+
+
+def test_an_uplink_that_carried_only_acks_and_cnps_is_idle():
+    """Colliding flows get their packets CE-marked and the receivers send a CNP back for
+    each: 5,000 CNPs of 74 bytes on an uplink that carried no data frame are 4 % of the
+    busiest uplink's bytes, yet the uplink is idle for the data."""
+    run = run_with([10_000_000, 5_000_000, 0])
+    run["links"][2].update(bytes_ab=5_000 * 74, packets_ab=5_000)
+    met = m.run_metrics(run)
+    assert met["idle_uplinks"] == 1 and met["idle_leaf_uplinks"] == 1
 
 
 def test_uplink_direction_and_tiers():
