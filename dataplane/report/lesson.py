@@ -53,7 +53,7 @@ def lesson_lines(results) -> list[str]:
         if kind == "flowlet" and hashing:
             if ratio <= hashing[2] - CLEARLY:
                 said.append(f"{label} put each new flowlet on the least-loaded uplink ({ratio:.2f})"
-                            + (", but a flow moves only when it pauses" if ratio > EVEN else ""))
+                            + (", but a flow moves only when it pauses" if ratio > UNEVEN else ""))
             else:
                 said.append(f"{label} did no better than hashing ({ratio:.2f}): a flow moves only "
                             "when it pauses")
