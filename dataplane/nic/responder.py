@@ -121,8 +121,8 @@ def _crc(table: list[int], data: bytes) -> int:
 
 def log_slot_low(slot: int) -> int:
     """Smallest value (ns) of a lat_hist / msg_hist slot (bpf/nic/stats.h nic_log_slot)."""
-    if slot < 4:
-        return slot
+    if slot < 8:
+        return min(slot, 4)     # 4..7 are never used: 4 is 4 << 2 | 0 = slot 8
     e, m = slot >> 2, slot & 3
     return (4 + m) << (e - 2)
 
