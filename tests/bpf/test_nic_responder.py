@@ -358,8 +358,9 @@ def test_qp_table_full_passes(nic):
 
 
 def test_verifier_budget(nic):
-    # the kernel's limit is 1M processed instructions; keep far from it
-    assert 0 < nic.verified_insns() < 500_000
+    # the kernel's limit is 1M processed instructions; 17.6 k when written (a slot
+    # computed far from its use once made it 330 k: a regression shows here)
+    assert 0 < nic.verified_insns() < 100_000
 
 
 # ---------------------------------------------------------------- a real veth pair
