@@ -406,14 +406,40 @@ def test_xdp_tx_answers_arrive_over_a_veth(netns):
         assert (got[0].dst_mac, got[0].src_ip) == (bytes.fromhex(req_mac.replace(":", "")), NIC_IP)
         st = r.qp(NIC_IP, qp.dqpn)
         assert (st["packets"], st["acks"], st["cnps"]) == (2, 1, 1)
-        prog_b = bpfio.attached_xdp(b, "nicr0" and r.ifindex(b, "nicr0"))[1]
-        assert prog_b == nicmod.prog_id_of(r.prog_fd)
+        assert bpfio.attached_xdp(b, ifindex(b, "nicr0"))[1] == nicmod.prog_id_of(r.prog_fd)
+        assert bpfio.attached_xdp(a, ifindex(a, "nicq0"))[1] == nicmod.prog_id_of(r.pass_prog_fd)
     # leaving the block detached both programs
-    assert bpfio.attached_xdp(b, NicIfindex.of(b, "nicr0"))[0] is None
-    assert bpfio.attached_xdp(a, NicIfindex.of(a, "nicq0"))[0] is None
+    assert bpfio.attached_xdp(b, ifindex(b, "nicr0"))[0] is None
+    assert bpfio.attached_xdp(a, ifindex(a, "nicq0"))[0] is None
 
 
-class NicIfindex:
-    @staticmethod
-    def of(ns: str, dev: str) -> int:
-        return nicmod.NicResponder.ifindex(ns, dev)
+def ifindex(ns: str, dev: str) -> int:
+    return nicmod.NicResponder.ifindex(ns, dev)
+
+
+# ---------------------------------------------------------------- the C/Python ABI
+def test_python_mirrors_match_nic_h_and_the_loaded_maps(nic):
+    import ctypes as ct
+    import re
+
+    from dataplane import bpfcache
+    text = (nicmod.NIC_DIR / "nic.h").read_text()
+    defines = {m[1]: int(m[2], 0) for m in re.finditer(r"#define\s+(\w+)\s+(0x[0-9a-fA-F]+|\d+)\b", text)}
+    assert {m: defines[f"NIC_MODE_{m.upper()}"] for m in nicmod.MODES} == nicmod.MODES
+    assert [defines[f"NIC_C_{n.upper()}"] for n in ("rx", "not_roce", "not_data", "no_railab", "data",
+                                                     "qp_full", "ack", "nak", "cnp", "cnp_defer", "pass",
+                                                     "drop", "tx_fail", "no_table")] == \
+        list(range(len(nicmod.COUNTERS)))
+    assert (defines["NIC_C_MAX"], defines["NIC_REORDER_SLOTS"], defines["NIC_LOG_SLOTS"],
+            defines["NIC_MSG_SLOTS"], defines["NIC_F_CONSUME"], defines["NIC_MAX_QPS"]) == \
+        (nicmod.C_MAX, nicmod.REORDER_SLOTS, nicmod.LOG_SLOTS, nicmod.MSG_SLOTS, nicmod.F_CONSUME,
+         nicmod.DEFAULT_MAX_QPS)
+    sizes = {}
+    for name, fd in nic.maps.fds.items():
+        info = bpfcache._MapInfo()
+        bpfcache._info(fd, info)
+        sizes[name] = (info.key_size, info.value_size, info.max_entries)
+    assert sizes["nic_qps"] == (ct.sizeof(nicmod.QpKey), ct.sizeof(nicmod.NicQp), 64)
+    assert sizes["nic_cfg"][1] == ct.sizeof(nicmod.NicCfg)
+    assert sizes["nic_crc"][1] == ct.sizeof(nicmod.CrcTable)
+    assert sizes["nic_qp_zero"][1] == ct.sizeof(nicmod.NicQp)
