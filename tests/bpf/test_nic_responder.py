@@ -213,11 +213,12 @@ def test_ce_gets_one_cnp_per_interval(fresh):
 
 
 def test_cnp_interval_elapses(fresh):
-    fresh.configure(mode="respond", cnp_interval_us=1000.0)
+    # long enough that a loaded machine never stretches two back-to-back runs past it
+    fresh.configure(mode="respond", cnp_interval_us=300_000.0)
     qp = Qp()
     assert run(fresh, qp.frame(0, ce=True)).verdict == "tx"
     assert run(fresh, qp.frame(1, ce=True)).verdict == "pass"
-    time.sleep(0.003)
+    time.sleep(0.31)
     assert Ether(run(fresh, qp.frame(2, ce=True)).data)[BTH].opcode == roce.Opcode.CNP
 
 
@@ -411,6 +412,19 @@ def test_xdp_tx_answers_arrive_over_a_veth(netns):
     # leaving the block detached both programs
     assert bpfio.attached_xdp(b, ifindex(b, "nicr0"))[0] is None
     assert bpfio.attached_xdp(a, ifindex(a, "nicq0"))[0] is None
+
+
+def test_leaving_the_block_on_an_error_detaches(netns):
+    ns = netns("nic-err")
+    sh(["ip", "-n", ns, "link", "add", "nice0", "type", "veth", "peer", "name", "nice1"])
+    with pytest.raises(RuntimeError, match="boom"):
+        with nicmod.NicResponder(max_qps=8) as r:
+            r.attach(ns, "nice0", mode="generic")
+            r.attach(ns, "nice1", peer_pass=True)
+            assert bpfio.attached_xdp(ns, ifindex(ns, "nice0"))[0] == "generic"
+            raise RuntimeError("boom")
+    assert bpfio.attached_xdp(ns, ifindex(ns, "nice0"))[0] is None
+    assert bpfio.attached_xdp(ns, ifindex(ns, "nice1"))[0] is None
 
 
 def ifindex(ns: str, dev: str) -> int:
