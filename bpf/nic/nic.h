@@ -1,0 +1,126 @@
+/* railab emulated RoCE NIC: the structs and constants Python shares with the programs
+ * (dataplane/nic/responder.py mirrors every one of them; tests/bpf/test_nic_responder.py
+ * checks the sizes against a compiled object).
+ *
+ * Every counter is 64 bits: the accounting of one QP is done under its spin lock, and
+ * a later atomic update (bcc's LLVM rejects 32-bit atomics) needs no layout change. */
+#ifndef RAILAB_NIC_H
+#define RAILAB_NIC_H
+
+#ifndef NIC_MAX_QPS
+#define NIC_MAX_QPS 1024
+#endif
+
+/* nic_cfg.mode. Zero (an unconfigured map) is OFF so that a program attached before
+ * Python wrote its configuration changes nothing. */
+#define NIC_MODE_OFF     0   /* every frame XDP_PASS, untouched and uncounted */
+#define NIC_MODE_COUNT   1   /* per-QP receive accounting; every frame XDP_PASS */
+#define NIC_MODE_RESPOND 2   /* accounting + go-back-N responder (ACK, NAK, CNP by XDP_TX) */
+
+/* nic_cfg.flags */
+#define NIC_F_CONSUME    1   /* data frames the program booked but did not answer: XDP_DROP
+                              * (the NIC has them; no Python receiver needs them) */
+
+struct nic_cfg {
+    __u32 mode;
+    __u32 flags;
+    __u32 ack_every;         /* ACK every N in-order packets (0: only on ack-request) */
+    __u16 reply_sport;       /* UDP source port of ACK/NAK/CNP (host order) */
+    __u8  ack_dscp;
+    __u8  cnp_dscp;
+    __u64 ack_delay_ns;      /* wall ns: ACK the first in-order packet this long after the last ACK (0: off) */
+    __u64 cnp_interval_ns;   /* wall ns: at most one CNP per QP per interval (0: one per CE packet) */
+};
+
+/* per-CPU counters of the program (index into nic_counters) */
+#define NIC_C_RX          0   /* every frame seen (mode != OFF) */
+#define NIC_C_NOT_ROCE    1   /* not Ethernet/IPv4(no options, not a fragment)/UDP 4791 */
+#define NIC_C_NOT_DATA    2   /* RoCE, but no data opcode (ACK, CNP, ...) */
+#define NIC_C_NO_RAILAB   3   /* data opcode without a railab header */
+#define NIC_C_DATA        4   /* railab data frames booked to a QP */
+#define NIC_C_QP_FULL     5   /* a new QP found nic_qps full: passed, not booked */
+#define NIC_C_ACK         6
+#define NIC_C_NAK         7
+#define NIC_C_CNP         8
+#define NIC_C_CNP_DEFER   9   /* a CNP was due with an ACK/NAK: the ACK/NAK went (BECN set) */
+#define NIC_C_PASS       10
+#define NIC_C_DROP       11
+#define NIC_C_TX_FAIL    12   /* the answer could not be written (adjust_tail refused: frame passed) */
+#define NIC_C_NO_TABLE   13   /* RESPOND without the ICRC table loaded: booked, not answered */
+#define NIC_C_MAX        16
+
+#define NIC_REORDER_SLOTS 32   /* reorder_hist[min(distance, 31)] */
+#define NIC_LOG_SLOTS    128   /* lat_hist / msg_hist: see nic_log_slot() */
+#define NIC_MSG_SLOTS      8   /* messages of a QP counted at once (msg_id % 8) */
+#define NIC_SEEN_BITS    128   /* receive window behind the highest PSN (seen_lo, seen_hi) */
+
+/* nic_qp.flags */
+#define NIC_QP_INIT      1
+#define NIC_QP_NAK_OPEN  2     /* go-back-N: the NAK for the current hole went out */
+#define NIC_QP_CNP_SENT  4     /* last_cnp_ns is valid */
+#define NIC_QP_ACK_SENT  8     /* last_ack_ns is valid */
+
+struct nic_qp_key {
+    __u32 daddr;             /* our address, network order */
+    __u32 dqpn;              /* our QP (BTH destination QP), host order */
+};
+
+struct nic_msg_slot {
+    __u32 msg_id;
+    __u32 got;               /* distinct packets of msg_id received */
+};
+
+struct nic_qp {
+    struct bpf_spin_lock lock;
+    __u32 flags;
+    /* who sends to this QP (from its latest frame) */
+    __u32 saddr;             /* network order */
+    __u32 src_qp;            /* the requester's QP: dest QP of our ACKs and CNPs */
+    __u32 flow_id;           /* railab flow id */
+    __u32 sport;
+    /* responder (go-back-N, as dataplane.traffic.transport.QpResponder) */
+    __u32 psn0;              /* PSN of position 0 (first frame's PSN - its railab seq) */
+    __u32 epsn;              /* expected PSN */
+    __u32 msn;               /* messages delivered in order (AETH MSN) */
+    __u32 unacked;           /* in-order packets since the last ACK */
+    __u64 last_ack_ns;
+    __u64 last_cnp_ns;
+    /* receive accounting (as dataplane.traffic.receiver.FlowStats) */
+    __u32 highest;           /* highest PSN seen */
+    __u32 _pad;
+    __u64 seen_lo;           /* bit i: PSN highest - i arrived (i < 64) */
+    __u64 seen_hi;           /* bit i: PSN highest - 64 - i arrived */
+    __u64 packets;           /* distinct packets (not duplicates) */
+    __u64 bytes;             /* their frame bytes */
+    __u64 payload_bytes;     /* their IB payload bytes */
+    __u64 duplicates;
+    __u64 out_of_order;      /* packets that filled a hole */
+    __u64 holes;             /* PSNs skipped when a higher one arrived (ever) */
+    __u64 late;              /* older than the window: hole or duplicate unknown */
+    __u64 ce;
+    __u64 first_ns;
+    __u64 last_ns;
+    __u64 lat_sum;
+    __u64 lat_min;
+    __u64 lat_max;
+    __u64 lat_bad;           /* send stamp later than the receive time */
+    __u64 messages;          /* messages whose every packet arrived (any order) */
+    __u64 msg_sum;           /* sum of their completion times */
+    /* what the responder did */
+    __u64 acks;
+    __u64 naks;
+    __u64 cnps;
+    __u64 cnp_deferred;
+    __u64 discarded;         /* go-back-N: out-of-order packets not accepted */
+    struct nic_msg_slot msg_slots[NIC_MSG_SLOTS];
+    __u64 reorder_hist[NIC_REORDER_SLOTS];
+    __u64 lat_hist[NIC_LOG_SLOTS];
+    __u64 msg_hist[NIC_LOG_SLOTS];
+};
+
+/* CRC-32 (reflected 0xEDB88320) lookup table, written by Python: no .rodata in bcc. */
+struct nic_crc_table {
+    __u32 t[256];
+};
+
+#endif

@@ -1,0 +1,303 @@
+/* railab emulated RoCE NIC, receive side: the XDP program of a host's NIC port.
+ *
+ * For every railab RoCEv2 data frame (UDP 4791, BTH [+ RETH] + railab header) it books
+ * the frame to its QP, keyed by (our address, BTH destination QP):
+ *   - receive accounting (stats.h): packets, bytes, holes, out of order and reorder
+ *     distance, duplicates, CE marks, one-way latency from the railab send stamp
+ *     (CLOCK_MONOTONIC, as bpf_ktime_get_ns) and message completions;
+ *   - in RESPOND mode a go-back-N responder, as dataplane.traffic.transport.QpResponder:
+ *     the expected PSN advances only on the expected packet; an ACK (PSN = last in-order
+ *     packet, MSN = messages delivered in order) answers an ack-request, every
+ *     ack_every in-order packets and the first in-order packet ack_delay after the last
+ *     ACK; a duplicate is re-ACKed (else a requester that lost our ACK resends forever);
+ *     the first packet past the expected PSN gets one NAK (PSN sequence error, PSN = the
+ *     expected one) and no other until the hole is filled; a CE-marked packet gets a CNP,
+ *     at most one per QP per cnp_interval.
+ * The answer is the frame itself, rewritten and trimmed, sent back with XDP_TX: one frame
+ * out per frame in. When a CNP is due together with an ACK or NAK, the ACK/NAK goes with
+ * BECN set (IBA annex A10 lets an ACK carry it) and the CNP waits for the next CE mark.
+ * Everything else (other traffic, ACKs and CNPs for our own requester, data frames not
+ * answered) goes on with XDP_PASS, so the Python hosts keep working beside it.
+ *
+ * bcc rewrites map accesses in this file only: every map lookup lives here. */
+#include <uapi/linux/bpf.h>
+#include <linux/in.h>
+
+#include "nic.h"
+#include "roce.h"
+#include "icrc.h"
+#include "stats.h"
+
+BPF_ARRAY(nic_cfg, struct nic_cfg, 1);
+BPF_ARRAY(nic_crc, struct nic_crc_table, 1);
+BPF_PERCPU_ARRAY(nic_counters, __u64, NIC_C_MAX);
+BPF_HASH(nic_qps, struct nic_qp_key, struct nic_qp, NIC_MAX_QPS);
+/* a zero QP to insert from: struct nic_qp is far larger than the 512-byte stack, and a
+ * map value whose BTF holds a bpf_spin_lock may not be a helper's value argument */
+struct nic_qp_blank {
+    __u8 b[sizeof(struct nic_qp)];
+};
+BPF_ARRAY(nic_qp_zero, struct nic_qp_blank, 1);
+
+#define NIC_SEND_NONE 0
+#define NIC_SEND_ACK  1
+#define NIC_SEND_NAK  2
+#define NIC_SEND_CNP  3
+
+static __always_inline void nic_count(__u32 idx)
+{
+    __u64 *c = nic_counters.lookup(&idx);
+
+    if (c)
+        *c += 1;
+}
+
+static __always_inline int nic_pass(void)
+{
+    nic_count(NIC_C_PASS);
+    return XDP_PASS;
+}
+
+static __always_inline void nic_swap_macs(struct ethhdr *eth)
+{
+    __u8 mac[ETH_ALEN];
+
+    __builtin_memcpy(mac, eth->h_dest, ETH_ALEN);
+    __builtin_memcpy(eth->h_dest, eth->h_source, ETH_ALEN);
+    __builtin_memcpy(eth->h_source, mac, ETH_ALEN);
+}
+
+/* The headers are written into the frame and the ICRC read back from it: a stack copy
+ * of the 40-byte header per answer kind would not fit beside the rest in 512 bytes.
+ * Returns 0, 1 when the frame could not be trimmed (it is as it came), -1 when it is
+ * too short after trimming. */
+static __always_inline int nic_send_ack(struct xdp_md *ctx, const struct nic_crc_table *t,
+                                        const struct nic_cfg *cfg, const struct nic_rx *rx,
+                                        __u8 syndrome, __u32 psn, __u32 msn, __u8 becn)
+{
+    struct nic_ack_frame *f;
+    __u32 crc;
+
+    if (bpf_xdp_adjust_tail(ctx, (int)sizeof(*f) - (int)rx->frame_len))
+        return 1;
+    f = (void *)(long)ctx->data;
+    if ((void *)(f + 1) > (void *)(long)ctx->data_end)
+        return -1;
+    nic_swap_macs(&f->eth);
+    nic_fill_l4(&f->l4, rx, cfg->ack_dscp, cfg->reply_sport,
+                sizeof(*f) - sizeof(f->eth) - sizeof(struct iphdr),
+                OP_ACK, BTH_F_MIGREQ, becn ? BTH_BECN : 0, psn);
+    f->aeth = nic_htonl(((__u32)syndrome << 24) | (msn & PSN_MASK));
+    crc = nic_icrc_head(t, &f->l4);
+    crc = nic_crc_bytes(t, crc, (const __u8 *)&f->aeth, sizeof(f->aeth));
+    nic_put_icrc(f->icrc, crc);
+    return 0;
+}
+
+static __always_inline int nic_send_cnp(struct xdp_md *ctx, const struct nic_crc_table *t,
+                                        const struct nic_cfg *cfg, const struct nic_rx *rx)
+{
+    struct nic_cnp_frame *f;
+    __u32 crc;
+
+    if (bpf_xdp_adjust_tail(ctx, (int)sizeof(*f) - (int)rx->frame_len))
+        return 1;
+    f = (void *)(long)ctx->data;
+    if ((void *)(f + 1) > (void *)(long)ctx->data_end)
+        return -1;
+    nic_swap_macs(&f->eth);
+    /* as roce.build_cnp: no MigReq, BECN, PSN 0 */
+    nic_fill_l4(&f->l4, rx, cfg->cnp_dscp, cfg->reply_sport,
+                sizeof(*f) - sizeof(f->eth) - sizeof(struct iphdr), OP_CNP, 0, BTH_BECN, 0);
+    __builtin_memset(f->pad, 0, sizeof(f->pad));
+    crc = nic_icrc_head(t, &f->l4);
+    crc = nic_crc_bytes(t, crc, f->pad, sizeof(f->pad));
+    nic_put_icrc(f->icrc, crc);
+    return 0;
+}
+
+int xdp_nic_responder(struct xdp_md *ctx)
+{
+    void *data = (void *)(long)ctx->data;
+    void *data_end = (void *)(long)ctx->data_end;
+    struct nic_rx rx = {};
+    struct nic_qp_key key = {};
+    struct nic_qp *q;
+    struct nic_cfg *cfg;
+    struct nic_crc_table *t;
+    __u32 zero = 0, lat_slot, msg_slot, send = NIC_SEND_NONE, resp_psn = 0, resp_msn = 0;
+    __u64 now, lat, msg_ns;
+    __s32 d;
+    int why, respond, unique, becn = 0, cnp_due, r;
+
+    cfg = nic_cfg.lookup(&zero);
+    if (!cfg || cfg->mode == NIC_MODE_OFF)
+        return XDP_PASS;
+    nic_count(NIC_C_RX);
+    why = nic_parse(data, data_end, &rx);
+    if (why) {
+        nic_count(why);
+        return nic_pass();
+    }
+    respond = cfg->mode == NIC_MODE_RESPOND;
+    t = nic_crc.lookup(&zero);
+    if (respond && (!t || t->t[1] == 0)) {
+        /* no table, no ICRC: book the frame, answer nothing */
+        nic_count(NIC_C_NO_TABLE);
+        respond = 0;
+    }
+
+    key.daddr = rx.daddr;
+    key.dqpn = rx.dqpn;
+    q = nic_qps.lookup(&key);
+    if (!q) {
+        struct nic_qp_blank *fresh = nic_qp_zero.lookup(&zero);
+
+        if (fresh)
+            nic_qps.insert(&key, (struct nic_qp *)fresh);   /* BPF_NOEXIST: a racing CPU's entry stays */
+        q = nic_qps.lookup(&key);
+        if (!q) {
+            nic_count(NIC_C_QP_FULL);
+            return nic_pass();
+        }
+    }
+    nic_count(NIC_C_DATA);
+
+    now = bpf_ktime_get_ns();     /* a helper: not under the lock */
+    lat = now - rx.ts_ns;
+    msg_ns = now - rx.msg_start_ns;
+
+    bpf_spin_lock(&q->lock);
+    if (!(q->flags & NIC_QP_INIT)) {
+        /* position 0 is this frame's PSN minus its railab seq, so losses at the very
+         * start count (as Receiver) and the responder NAKs them (as QpResponder) */
+        q->flags = NIC_QP_INIT;
+        q->psn0 = (rx.psn - rx.seq) & PSN_MASK;
+        q->epsn = q->psn0;
+        q->highest = (q->psn0 - 1) & PSN_MASK;
+        q->seen_lo = ~0ULL;      /* nothing before position 0 is missing */
+        q->seen_hi = ~0ULL;
+        q->first_ns = now;
+        q->lat_min = ~0ULL;
+    }
+    q->saddr = rx.saddr;
+    q->src_qp = rx.src_qp;
+    q->flow_id = rx.flow_id;
+    q->sport = rx.sport;
+
+    unique = nic_book_psn(q, rx.psn);
+    if (unique) {
+        q->packets++;
+        q->bytes += rx.frame_len;
+        q->payload_bytes += rx.payload_len;
+        q->last_ns = now;
+        if (rx.ecn == 3)
+            q->ce++;
+        if ((__s64)lat >= 0) {
+            q->lat_sum += lat;
+            if (lat < q->lat_min)
+                q->lat_min = lat;
+            if (lat > q->lat_max)
+                q->lat_max = lat;
+            /* the slot is computed where it is used: alive across the rest, its
+             * per-branch ranges kept the verifier from merging paths (330 k insns) */
+            lat_slot = nic_log_slot(lat);
+            q->lat_hist[lat_slot & (NIC_LOG_SLOTS - 1)]++;
+        } else {
+            q->lat_bad++;
+        }
+        if (nic_book_msg(q, rx.msg_id, rx.msg_pkts)) {
+            q->messages++;
+            q->msg_sum += msg_ns;
+            msg_slot = nic_log_slot(msg_ns);
+            q->msg_hist[msg_slot & (NIC_LOG_SLOTS - 1)]++;
+        }
+    }
+
+    if (respond) {
+        d = nic_psn_diff(rx.psn, q->epsn);
+        if (d == 0) {
+            q->epsn = (q->epsn + 1) & PSN_MASK;
+            q->unacked++;
+            q->flags &= ~NIC_QP_NAK_OPEN;
+            if (rx.msg_last)
+                q->msn = (q->msn + 1) & PSN_MASK;
+            if (rx.ackreq || (cfg->ack_every && q->unacked >= cfg->ack_every) ||
+                (cfg->ack_delay_ns && (q->flags & NIC_QP_ACK_SENT) &&
+                 now - q->last_ack_ns >= cfg->ack_delay_ns))
+                send = NIC_SEND_ACK;
+        } else if (d > 0) {
+            q->discarded++;
+            if (!(q->flags & NIC_QP_NAK_OPEN)) {
+                q->flags |= NIC_QP_NAK_OPEN;
+                send = NIC_SEND_NAK;
+            }
+        } else {
+            send = NIC_SEND_ACK;
+        }
+        if (!(q->flags & NIC_QP_ACK_SENT)) {
+            /* the coalescing timer starts with the first packet, as QpResponder's */
+            q->flags |= NIC_QP_ACK_SENT;
+            q->last_ack_ns = now;
+        }
+        cnp_due = rx.ecn == 3 && (!(q->flags & NIC_QP_CNP_SENT) ||
+                                  now - q->last_cnp_ns >= cfg->cnp_interval_ns);
+        if (cnp_due && send == NIC_SEND_NONE) {
+            send = NIC_SEND_CNP;
+            q->flags |= NIC_QP_CNP_SENT;
+            q->last_cnp_ns = now;
+            q->cnps++;
+        } else if (cnp_due) {
+            becn = 1;
+            q->cnp_deferred++;
+        }
+        if (send == NIC_SEND_ACK) {
+            q->acks++;
+            q->unacked = 0;
+            q->last_ack_ns = now;
+        } else if (send == NIC_SEND_NAK) {
+            q->naks++;
+        }
+        resp_psn = send == NIC_SEND_NAK ? q->epsn : q->epsn - 1;
+        resp_msn = q->msn;
+    }
+    bpf_spin_unlock(&q->lock);
+
+    if (send == NIC_SEND_NONE) {
+        if (cfg->flags & NIC_F_CONSUME && respond) {
+            nic_count(NIC_C_DROP);
+            return XDP_DROP;
+        }
+        return nic_pass();
+    }
+    if (!t)
+        return nic_pass();      /* (respond is 0 then: for the verifier) */
+    if (send == NIC_SEND_CNP) {
+        r = nic_send_cnp(ctx, t, cfg, &rx);
+        if (r)
+            goto tx_fail;
+        nic_count(NIC_C_CNP);
+        return XDP_TX;
+    }
+    r = nic_send_ack(ctx, t, cfg, &rx, send == NIC_SEND_NAK ? AETH_NAK_PSN_SEQ : AETH_ACK,
+                     resp_psn, resp_msn, becn);
+    if (r)
+        goto tx_fail;
+    if (becn)
+        nic_count(NIC_C_CNP_DEFER);
+    nic_count(send == NIC_SEND_NAK ? NIC_C_NAK : NIC_C_ACK);
+    return XDP_TX;
+
+tx_fail:
+    nic_count(NIC_C_TX_FAIL);
+    if (r > 0)
+        return nic_pass();
+    return XDP_DROP;            /* trimmed, then too short: no frame left to pass on */
+}
+
+/* For the peer of a veth whose other end sends with XDP_TX: veth delivers XDP frames
+ * only to an end that runs an XDP program. */
+int xdp_nic_pass(struct xdp_md *ctx)
+{
+    return XDP_PASS;
+}

@@ -1,0 +1,327 @@
+"""The receive side of the emulated RoCE NIC: bpf/nic/responder.c on a host's port.
+
+NicResponder compiles (or loads from dataplane.bpfcache) the responder object, fills
+its ICRC table, configures it, attaches it to interfaces in any namespace and reads
+its per-QP statistics as plain dicts. Nothing is pinned; the object lives as long as
+this process holds it, and close() (or leaving the `with` block, also on an error)
+detaches every program this instance attached.
+
+Times in the configuration are real-fabric time (microseconds) converted to the lab's
+wall clock through its scale (dataplane.timescale), as the Python transport does.
+"""
+from __future__ import annotations
+
+import ctypes as ct
+import ipaddress
+import socket
+import zlib
+from pathlib import Path
+
+from dataplane import bpfcache, bpfio, timescale
+from dataplane.bpfio import BpfMaps, DataplaneError
+from dataplane.netns_util import in_netns
+from dataplane.runtime.labspec import XDP_ATTACH_MODE
+
+NIC_DIR = Path(__file__).resolve().parent.parent.parent / "bpf" / "nic"
+RESPONDER_C = NIC_DIR / "responder.c"
+PROG_NAME = "xdp_nic_responder"
+PASS_PROG_NAME = "xdp_nic_pass"
+
+# mirrors of bpf/nic/nic.h
+MODES = {"off": 0, "count": 1, "respond": 2}
+F_CONSUME = 1
+COUNTERS = ("rx", "not_roce", "not_data", "no_railab", "data", "qp_full", "acks", "naks",
+            "cnps", "cnp_deferred", "pass", "drop", "tx_fail", "no_table")
+C_MAX = 16
+REORDER_SLOTS = 32
+LOG_SLOTS = 128
+MSG_SLOTS = 8
+DEFAULT_MAX_QPS = 1024
+ACK_DSCP = 26           # roce.DSCP_DATA: build_ack's default
+CNP_DSCP = 48           # roce.DSCP_CNP
+ROCE_PORT = 4791
+
+
+class NicCfg(ct.Structure):
+    _fields_ = [("mode", ct.c_uint32), ("flags", ct.c_uint32), ("ack_every", ct.c_uint32),
+                ("reply_sport", ct.c_uint16), ("ack_dscp", ct.c_uint8), ("cnp_dscp", ct.c_uint8),
+                ("ack_delay_ns", ct.c_uint64), ("cnp_interval_ns", ct.c_uint64)]
+
+
+class QpKey(ct.Structure):
+    _fields_ = [("daddr", ct.c_uint32), ("dqpn", ct.c_uint32)]
+
+
+class MsgSlot(ct.Structure):
+    _fields_ = [("msg_id", ct.c_uint32), ("got", ct.c_uint32)]
+
+
+_QP_U32 = ("lock", "flags", "saddr", "src_qp", "flow_id", "sport", "psn0", "epsn", "msn",
+           "unacked")
+_QP_STATS = ("packets", "bytes", "payload_bytes", "duplicates", "out_of_order", "holes", "late",
+             "ce", "first_ns", "last_ns", "lat_sum", "lat_min", "lat_max", "lat_bad", "messages",
+             "msg_sum", "acks", "naks", "cnps", "cnp_deferred", "discarded")
+
+
+class NicQp(ct.Structure):
+    _fields_ = ([(n, ct.c_uint32) for n in _QP_U32]
+                + [("last_ack_ns", ct.c_uint64), ("last_cnp_ns", ct.c_uint64),
+                   ("highest", ct.c_uint32), ("_pad", ct.c_uint32),
+                   ("seen_lo", ct.c_uint64), ("seen_hi", ct.c_uint64)]
+                + [(n, ct.c_uint64) for n in _QP_STATS]
+                + [("msg_slots", MsgSlot * MSG_SLOTS), ("reorder_hist", ct.c_uint64 * REORDER_SLOTS),
+                   ("lat_hist", ct.c_uint64 * LOG_SLOTS), ("msg_hist", ct.c_uint64 * LOG_SLOTS)])
+
+
+class CrcTable(ct.Structure):
+    _fields_ = [("t", ct.c_uint32 * 256)]
+
+
+class _ProgInfo(ct.Structure):
+    """struct bpf_prog_info (linux/bpf.h) up to verified_insns (Linux 5.16+)."""
+    _fields_ = [("type", ct.c_uint32), ("id", ct.c_uint32), ("tag", ct.c_uint8 * 8),
+                ("jited_prog_len", ct.c_uint32), ("xlated_prog_len", ct.c_uint32),
+                ("jited_prog_insns", ct.c_uint64), ("xlated_prog_insns", ct.c_uint64),
+                ("load_time", ct.c_uint64), ("created_by_uid", ct.c_uint32),
+                ("nr_map_ids", ct.c_uint32), ("map_ids", ct.c_uint64), ("name", ct.c_char * 16),
+                ("ifindex", ct.c_uint32), ("gpl_compatible", ct.c_uint32),
+                ("netns_dev", ct.c_uint64), ("netns_ino", ct.c_uint64),
+                ("nr_jited_ksyms", ct.c_uint32), ("nr_jited_func_lens", ct.c_uint32),
+                ("jited_ksyms", ct.c_uint64), ("jited_func_lens", ct.c_uint64),
+                ("btf_id", ct.c_uint32), ("func_info_rec_size", ct.c_uint32),
+                ("func_info", ct.c_uint64), ("nr_func_info", ct.c_uint32),
+                ("nr_line_info", ct.c_uint32), ("line_info", ct.c_uint64),
+                ("jited_line_info", ct.c_uint64), ("nr_jited_line_info", ct.c_uint32),
+                ("line_info_rec_size", ct.c_uint32), ("jited_line_info_rec_size", ct.c_uint32),
+                ("nr_prog_tags", ct.c_uint32), ("prog_tags", ct.c_uint64),
+                ("run_time_ns", ct.c_uint64), ("run_cnt", ct.c_uint64),
+                ("recursion_misses", ct.c_uint64), ("verified_insns", ct.c_uint32),
+                ("attach_btf_obj_id", ct.c_uint32), ("attach_btf_id", ct.c_uint32)]
+
+
+def crc_table() -> list[int]:
+    """The reflected CRC-32 table (polynomial 0xEDB88320) zlib.crc32 uses."""
+    table = []
+    for n in range(256):
+        c = n
+        for _ in range(8):
+            c = (c >> 1) ^ 0xEDB88320 if c & 1 else c >> 1
+        table.append(c)
+    # the same CRC as zlib (roce.compute_icrc) or nothing: a wrong table is a silent disaster
+    assert zlib.crc32(b"\x01") == _crc(table, b"\x01")
+    return table
+
+
+def _crc(table: list[int], data: bytes) -> int:
+    c = 0xFFFFFFFF
+    for b in data:
+        c = table[(c ^ b) & 0xFF] ^ (c >> 8)
+    return c ^ 0xFFFFFFFF
+
+
+def log_slot_low(slot: int) -> int:
+    """Smallest value (ns) of a lat_hist / msg_hist slot (bpf/nic/stats.h nic_log_slot)."""
+    if slot < 8:
+        return min(slot, 4)     # 4..7 are never used: 4 is 4 << 2 | 0 = slot 8
+    e, m = slot >> 2, slot & 3
+    return (4 + m) << (e - 2)
+
+
+def log_slot(value: int) -> int:
+    """The slot nic_log_slot() gives `value` (for tests and readers)."""
+    value &= (1 << 62) - 1
+    if value < 4:
+        return value
+    e = value.bit_length() - 1
+    if e > 31:
+        return LOG_SLOTS - 1
+    return (e << 2) | ((value >> (e - 2)) & 3)
+
+
+def _ip(be: int) -> str:
+    return str(ipaddress.IPv4Address(socket.ntohl(be)))
+
+
+def _sparse(hist) -> dict[int, int]:
+    return {i: int(v) for i, v in enumerate(hist) if v}
+
+
+def qp_dict(key: QpKey, q: NicQp) -> dict:
+    """One QP's state and statistics as plain values (histograms sparse: slot -> count)."""
+    d = {"daddr": _ip(key.daddr), "dqpn": key.dqpn, "saddr": _ip(q.saddr),
+         "src_qp": q.src_qp, "flow_id": q.flow_id, "sport": q.sport,
+         "psn0": q.psn0, "epsn": q.epsn, "msn": q.msn, "highest": q.highest}
+    d.update({n: int(getattr(q, n)) for n in _QP_STATS})
+    if not d["packets"] or d["lat_min"] == 2**64 - 1:
+        d["lat_min"] = 0
+    measured = d["packets"] - d["lat_bad"]
+    d["lat_mean"] = d["lat_sum"] / measured if measured > 0 else 0.0
+    d["open_holes"] = d["holes"] - d["out_of_order"]
+    d["reorder_hist"] = _sparse(q.reorder_hist)
+    d["lat_hist"] = _sparse(q.lat_hist)
+    d["msg_hist"] = _sparse(q.msg_hist)
+    return d
+
+
+class NicResponder:
+    """The responder object: load, configure, attach, read, close (module doc)."""
+
+    def __init__(self, *, max_qps: int = DEFAULT_MAX_QPS, **config):
+        if not 1 <= max_qps <= 1 << 20:
+            raise ValueError("max_qps must be 1..2**20")
+        self.max_qps = max_qps
+        self.cflags = [f"-I{NIC_DIR}", f"-DNIC_MAX_QPS={max_qps}"]
+        self._object = bpfcache.load(RESPONDER_C, self.cflags, {
+            PROG_NAME: bpfcache.PROG_XDP, PASS_PROG_NAME: bpfcache.PROG_XDP})
+        self._attached: list[tuple[str | None, int, int]] = []    # (netns, ifindex, prog fd)
+        self._closed = False
+        try:
+            self.load_seconds = self._object.seconds
+            self.bpf_cache = self._object.cache
+            self.prog_fd = self._object.progs[PROG_NAME]
+            self.pass_prog_fd = self._object.progs[PASS_PROG_NAME]
+            self.maps = BpfMaps(dict(self._object.maps))
+            table = CrcTable()
+            table.t[:] = crc_table()
+            self.maps.update("nic_crc", ct.c_uint32(0), table)
+            self.configure(**config)
+        except BaseException:
+            self.close()
+            raise
+
+    # ------------------------------------------------------------ configuration
+    def configure(self, *, mode: str = "respond", ack_every: int = 0, ack_delay_us: float = 0.0,
+                  cnp_interval_us: float = 0.0, scale: float | None = None, consume: bool = False,
+                  reply_sport: int = ROCE_PORT, ack_dscp: int = ACK_DSCP,
+                  cnp_dscp: int = CNP_DSCP) -> NicCfg:
+        """Write the whole configuration. Times are real-fabric microseconds at the lab's
+        `scale` (None: wall time). mode: off (everything passes untouched), count
+        (accounting only, everything passes), respond (accounting + ACK/NAK/CNP)."""
+        if mode not in MODES:
+            raise ValueError(f"mode must be one of {', '.join(MODES)}")
+        if not 0 <= ack_every < 2**32:
+            raise ValueError("ack_every must be 0..2**32-1")
+        if not 0 <= ack_dscp < 64 or not 0 <= cnp_dscp < 64:
+            raise ValueError("a DSCP is 0..63")
+        if not 0 < reply_sport < 65536:
+            raise ValueError("reply_sport must be 1..65535")
+        if ack_delay_us < 0 or cnp_interval_us < 0:
+            raise ValueError("times must be >= 0")
+        cfg = NicCfg(mode=MODES[mode], flags=F_CONSUME if consume else 0, ack_every=ack_every,
+                     reply_sport=reply_sport, ack_dscp=ack_dscp, cnp_dscp=cnp_dscp,
+                     ack_delay_ns=timescale.wall_ns(ack_delay_us * 1000, scale),
+                     cnp_interval_ns=timescale.wall_ns(cnp_interval_us * 1000, scale))
+        self.maps.update("nic_cfg", ct.c_uint32(0), cfg)
+        self.config = cfg
+        return cfg
+
+    # ------------------------------------------------------------ attach / detach
+    @staticmethod
+    def ifindex(netns: str | None, ifname: str | int) -> int:
+        if isinstance(ifname, int):
+            return ifname
+        with in_netns(netns):
+            try:
+                return socket.if_nametoindex(ifname)
+            except OSError:
+                raise DataplaneError(f"no interface {ifname} in netns {netns or '(this one)'}") from None
+
+    def attach(self, netns: str | None, ifname: str | int, *, mode: str = "drv",
+               peer_pass: bool = False) -> str:
+        """Attach the responder (or, with peer_pass, the XDP_PASS program a veth peer
+        needs to receive XDP_TX frames) to an interface. mode: drv/generic, or a lab's
+        dataplane name (xdp, xdp-generic). Returns the mode used."""
+        mode = XDP_ATTACH_MODE.get(mode, mode)
+        ifindex = self.ifindex(netns, ifname)
+        fd = self.pass_prog_fd if peer_pass else self.prog_fd
+        used = bpfio.attach_xdp(netns, ifindex, fd, mode=mode)
+        self._attached.append((netns, ifindex, fd))
+        return used
+
+    def detach(self, netns: str | None, ifname: str | int) -> None:
+        """Detach our program from an interface (someone else's stays)."""
+        ifindex = self.ifindex(netns, ifname)
+        for entry in [e for e in self._attached if e[:2] == (netns, ifindex)]:
+            self._attached.remove(entry)
+            _, prog_id = bpfio.attached_xdp(netns, ifindex)
+            if prog_id and prog_id == prog_id_of(entry[2]):
+                bpfio.detach_xdp(netns, ifindex)
+
+    def detach_all(self) -> None:
+        errors = []
+        for netns, ifindex, _fd in list(self._attached):
+            try:
+                self.detach(netns, ifindex)
+            except (OSError, DataplaneError) as e:
+                errors.append(f"{netns}/{ifindex}: {e}")
+                self._attached = [a for a in self._attached if a[:2] != (netns, ifindex)]
+        if errors:
+            raise DataplaneError("detach failed: " + "; ".join(errors))
+
+    # ------------------------------------------------------------ reading
+    def counters(self) -> dict[str, int]:
+        """The program's counters, summed over CPUs."""
+        out = {}
+        for i, name in enumerate(COUNTERS):
+            out[name] = sum(self.maps.percpu("nic_counters", i, ct.c_uint64))
+        return out
+
+    def _keys(self) -> list[QpKey]:
+        lib, fd = bpfio._lib(), self.maps.fds["nic_qps"]
+        keys, prev = [], None
+        while True:
+            key = QpKey()
+            if lib.bpf_get_next_key(fd, None if prev is None else ct.byref(prev), ct.byref(key)) != 0:
+                return keys
+            keys.append(key)
+            prev = key
+
+    def qp(self, daddr: str, dqpn: int) -> dict | None:
+        key = QpKey(socket.htonl(int(ipaddress.IPv4Address(daddr))), dqpn)
+        q = NicQp()
+        return qp_dict(key, q) if self.maps.lookup("nic_qps", key, q) else None
+
+    def qps(self) -> list[dict]:
+        """Every QP's state and statistics, ordered by (address, QP)."""
+        out = []
+        for key in self._keys():
+            q = NicQp()
+            if self.maps.lookup("nic_qps", key, q):
+                out.append(qp_dict(key, q))
+        return sorted(out, key=lambda d: (ipaddress.IPv4Address(d["daddr"]), d["dqpn"]))
+
+    def reset(self) -> None:
+        """Forget every QP and zero the counters (the configuration stays)."""
+        for key in self._keys():
+            self.maps.delete("nic_qps", key)
+        for i in range(C_MAX):
+            self.maps.zero_percpu("nic_counters", i, ct.c_uint64)
+
+    def verified_insns(self) -> int:
+        """Instructions the verifier processed to load the responder (its 1M budget)."""
+        info = _ProgInfo()
+        bpfcache._info(self.prog_fd, info)
+        return info.verified_insns
+
+    # ------------------------------------------------------------ lifetime
+    def close(self) -> None:
+        """Detach what we attached, then release the object. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self.detach_all()
+        finally:
+            self._object.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def prog_id_of(fd: int) -> int:
+    info = _ProgInfo()
+    bpfcache._info(fd, info)
+    return info.id
