@@ -72,15 +72,6 @@ static __always_inline __u32 rl_mod(__u64 x, __u32 n)
     return x % n;
 }
 
-/* j % n for j < 4 * n (n > 0): at most three subtractions, no division. */
-static __always_inline __u32 rl_mod_small(__u32 j, __u32 n)
-{
-    j -= j >= n ? n : 0;
-    j -= j >= n ? n : 0;
-    j -= j >= n ? n : 0;
-    return j;
-}
-
 /* ---- liveness (local fast failover, remote-failure / ARN exclusions) ----
  * A group has a "dead" mask (bit i = member i unusable). Every mode first picks from
  * the FULL member list exactly as without failures; only if that pick is dead does
@@ -153,7 +144,7 @@ static __always_inline __u32 queue_util(const struct port_queue *q, __u64 now)
  * every flowlet placed on it in this window or the one before (in proportion to its first
  * frame's length, up to LB_PLACED_FRAME bytes): lower is better. As DLB
  * hardware grades its ports in a few quality levels, members whose loads differ by less
- * than a band tie (the caller picks among them at random). The placed flowlets count
+ * than a band tie (the scan keeps the first it met). The placed flowlets count
  * because the meter lags: flowlets that start inside one window all read the same
  * utilisation and, without them, all pile onto whichever member reads idle. They stop
  * counting when the port has carried nothing for two windows. Read without the lock: a
@@ -180,24 +171,6 @@ static __always_inline __u64 queue_load(const struct port_queue *q, __u64 now)
     placed &= ~recent;
     load = backlog + ((util * q->win_ns) >> 10);
     return load / (band | 1) + ((placed * LB_PLACED_BANDS) >> LB_PLACED_FRAME_SHIFT);
-}
-
-/* All ones when x == 0, else 0 (branch-free). */
-static __always_inline __u64 rl_zero_mask(__u64 x)
-{
-    __u64 nonzero = (x | -x) >> 63;
-
-    RL_OPAQUE(nonzero);
-    return nonzero - 1;
-}
-
-/* The next value of a xorshift32 sequence (x != 0 stays != 0). */
-static __always_inline __u32 rl_xorshift32(__u32 x)
-{
-    x ^= x << 13;
-    x ^= x >> 17;
-    x ^= x << 5;
-    return x;
 }
 
 #endif /* RAILAB_LB_H */

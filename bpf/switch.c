@@ -464,14 +464,11 @@ static __always_inline int queue_admit(struct port_queue *q, __u64 now, __u64 tx
          * started carrying a flow reads as loaded after one window, not only after the
          * 3/4 average has crept up over several (flowlet's least-loaded pick would see a
          * half-risen average as a lower band and put a second flow there). */
-        if (elapsed > 4 * (__u64)q->win_ns) {
-            /* the average of a port idle that long has decayed: it reads as idle (as
-             * queue_util already said), not as what it carried before the idle stretch,
-             * so a flowlet starting after a gap compares its port with the others as
-             * they are now */
-            sample = 0;
-            q->util = 0;
-        }
+        /* ... and the average of a port idle that long has decayed: it reads as idle (as
+         * queue_util already said), not as what it carried before the idle stretch, so a
+         * flowlet starting after a gap compares its port with the others as they are now */
+        if (elapsed > 4 * (__u64)q->win_ns)
+            q->util = sample = 0;
         q->util = !q->util ? sample : (q->util * 3 + sample) >> 2;
         /* the closed window saw part of what the flowlets placed in it send */
         q->placed_prev = __sync_lock_test_and_set(&q->placed, 0);

@@ -117,6 +117,35 @@ def _info(fd: int, info: ct.Structure) -> None:
     bpf(BPF_OBJ_GET_INFO_BY_FD, _InfoByFd(fd, ct.sizeof(info), ct.addressof(info)))
 
 
+class ProgInfo(ct.Structure):
+    """struct bpf_prog_info (linux/bpf.h) up to verified_insns (Linux 5.16+)."""
+    _fields_ = [("type", ct.c_uint32), ("id", ct.c_uint32), ("tag", ct.c_uint8 * 8),
+                ("jited_prog_len", ct.c_uint32), ("xlated_prog_len", ct.c_uint32),
+                ("jited_prog_insns", ct.c_uint64), ("xlated_prog_insns", ct.c_uint64),
+                ("load_time", ct.c_uint64), ("created_by_uid", ct.c_uint32),
+                ("nr_map_ids", ct.c_uint32), ("map_ids", ct.c_uint64), ("name", ct.c_char * 16),
+                ("ifindex", ct.c_uint32), ("gpl_compatible", ct.c_uint32),
+                ("netns_dev", ct.c_uint64), ("netns_ino", ct.c_uint64),
+                ("nr_jited_ksyms", ct.c_uint32), ("nr_jited_func_lens", ct.c_uint32),
+                ("jited_ksyms", ct.c_uint64), ("jited_func_lens", ct.c_uint64),
+                ("btf_id", ct.c_uint32), ("func_info_rec_size", ct.c_uint32),
+                ("func_info", ct.c_uint64), ("nr_func_info", ct.c_uint32),
+                ("nr_line_info", ct.c_uint32), ("line_info", ct.c_uint64),
+                ("jited_line_info", ct.c_uint64), ("nr_jited_line_info", ct.c_uint32),
+                ("line_info_rec_size", ct.c_uint32), ("jited_line_info_rec_size", ct.c_uint32),
+                ("nr_prog_tags", ct.c_uint32), ("prog_tags", ct.c_uint64),
+                ("run_time_ns", ct.c_uint64), ("run_cnt", ct.c_uint64),
+                ("recursion_misses", ct.c_uint64), ("verified_insns", ct.c_uint32),
+                ("attach_btf_obj_id", ct.c_uint32), ("attach_btf_id", ct.c_uint32)]
+
+
+def prog_info(fd: int) -> ProgInfo:
+    """What the kernel says of a loaded program (its id, the verifier's instruction count)."""
+    info = ProgInfo()
+    _info(fd, info)
+    return info
+
+
 # ------------------------------------------------------------------ the loaded object
 @dataclass
 class LoadedObject:

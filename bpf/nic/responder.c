@@ -67,23 +67,41 @@ static __always_inline void nic_swap_macs(struct ethhdr *eth)
     __builtin_memcpy(eth->h_source, mac, ETH_ALEN);
 }
 
+/* Cut the received frame down to an answer of `size` bytes, its MACs turned around: the
+ * answer's start, or NULL with *err 1 when the frame could not be trimmed (it is as it
+ * came) or -1 when it is too short after trimming. */
+static __always_inline void *nic_reshape(struct xdp_md *ctx, const struct nic_rx *rx, __u32 size,
+                                         int *err)
+{
+    void *data;
+
+    if (bpf_xdp_adjust_tail(ctx, (int)size - (int)rx->frame_len)) {
+        *err = 1;
+        return NULL;
+    }
+    data = (void *)(long)ctx->data;
+    if (data + size > (void *)(long)ctx->data_end) {
+        *err = -1;
+        return NULL;
+    }
+    nic_swap_macs(data);
+    return data;
+}
+
 /* The headers are written into the frame and the ICRC read back from it: a stack copy
  * of the 40-byte header per answer kind would not fit beside the rest in 512 bytes.
- * Returns 0, 1 when the frame could not be trimmed (it is as it came), -1 when it is
- * too short after trimming. */
+ * Returns 0, else nic_reshape's error. */
 static __always_inline int nic_send_ack(struct xdp_md *ctx, const struct nic_crc_table *t,
                                         const struct nic_cfg *cfg, const struct nic_rx *rx,
                                         __u8 syndrome, __u32 psn, __u32 msn, __u8 becn)
 {
     struct nic_ack_frame *f;
     __u32 crc;
+    int err = 0;
 
-    if (bpf_xdp_adjust_tail(ctx, (int)sizeof(*f) - (int)rx->frame_len))
-        return 1;
-    f = (void *)(long)ctx->data;
-    if ((void *)(f + 1) > (void *)(long)ctx->data_end)
-        return -1;
-    nic_swap_macs(&f->eth);
+    f = nic_reshape(ctx, rx, sizeof(*f), &err);
+    if (!f)
+        return err;
     nic_fill_l4(&f->l4, rx, cfg->ack_dscp, cfg->reply_sport,
                 sizeof(*f) - sizeof(f->eth) - sizeof(struct iphdr),
                 OP_ACK, BTH_F_MIGREQ, becn ? BTH_BECN : 0, psn);
@@ -99,13 +117,11 @@ static __always_inline int nic_send_cnp(struct xdp_md *ctx, const struct nic_crc
 {
     struct nic_cnp_frame *f;
     __u32 crc;
+    int err = 0;
 
-    if (bpf_xdp_adjust_tail(ctx, (int)sizeof(*f) - (int)rx->frame_len))
-        return 1;
-    f = (void *)(long)ctx->data;
-    if ((void *)(f + 1) > (void *)(long)ctx->data_end)
-        return -1;
-    nic_swap_macs(&f->eth);
+    f = nic_reshape(ctx, rx, sizeof(*f), &err);
+    if (!f)
+        return err;
     /* as roce.build_cnp: no MigReq, BECN, PSN 0 */
     nic_fill_l4(&f->l4, rx, cfg->cnp_dscp, cfg->reply_sport,
                 sizeof(*f) - sizeof(f->eth) - sizeof(struct iphdr), OP_CNP, 0, BTH_BECN, 0);

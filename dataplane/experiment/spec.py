@@ -224,6 +224,7 @@ def load(path: str | Path) -> Experiment:
     if not 0.01 <= sample_s <= 10:
         raise ExperimentError(f"{source}: sample_interval: must be between 10 ms and 10 s")
     port_model = doc.get("port_model", {})
+    workload.stretch = timescale.stretch(port_model.get("scale"))   # its gaps are real-fabric time
     if port_model.get("queue") == "real" and port_model.get("scale") == 0:
         raise ExperimentError(f"{source}: port_model: a real queue needs the port model on (scale > 0)")
     _check_line_rate(source, lab_file, workload, port_model.get("scale"))
@@ -275,7 +276,6 @@ def _check_line_rate(source: Path, lab_file: Path, workload: wl.Workload, scale:
             raise ExperimentError(f"{source}: port_model: scale: a closed-loop transport or a workload "
                                   "load needs the port model's scale (the NICs' line rate is nominal x scale)")
         return
-    workload.stretch = timescale.stretch(scale)     # gaps are real-fabric time
     line = host_line_bps(lab_file, scale)
     if line <= 0:
         return

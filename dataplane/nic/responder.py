@@ -77,28 +77,6 @@ class CrcTable(ct.Structure):
     _fields_ = [("t", ct.c_uint32 * 256)]
 
 
-class _ProgInfo(ct.Structure):
-    """struct bpf_prog_info (linux/bpf.h) up to verified_insns (Linux 5.16+)."""
-    _fields_ = [("type", ct.c_uint32), ("id", ct.c_uint32), ("tag", ct.c_uint8 * 8),
-                ("jited_prog_len", ct.c_uint32), ("xlated_prog_len", ct.c_uint32),
-                ("jited_prog_insns", ct.c_uint64), ("xlated_prog_insns", ct.c_uint64),
-                ("load_time", ct.c_uint64), ("created_by_uid", ct.c_uint32),
-                ("nr_map_ids", ct.c_uint32), ("map_ids", ct.c_uint64), ("name", ct.c_char * 16),
-                ("ifindex", ct.c_uint32), ("gpl_compatible", ct.c_uint32),
-                ("netns_dev", ct.c_uint64), ("netns_ino", ct.c_uint64),
-                ("nr_jited_ksyms", ct.c_uint32), ("nr_jited_func_lens", ct.c_uint32),
-                ("jited_ksyms", ct.c_uint64), ("jited_func_lens", ct.c_uint64),
-                ("btf_id", ct.c_uint32), ("func_info_rec_size", ct.c_uint32),
-                ("func_info", ct.c_uint64), ("nr_func_info", ct.c_uint32),
-                ("nr_line_info", ct.c_uint32), ("line_info", ct.c_uint64),
-                ("jited_line_info", ct.c_uint64), ("nr_jited_line_info", ct.c_uint32),
-                ("line_info_rec_size", ct.c_uint32), ("jited_line_info_rec_size", ct.c_uint32),
-                ("nr_prog_tags", ct.c_uint32), ("prog_tags", ct.c_uint64),
-                ("run_time_ns", ct.c_uint64), ("run_cnt", ct.c_uint64),
-                ("recursion_misses", ct.c_uint64), ("verified_insns", ct.c_uint32),
-                ("attach_btf_obj_id", ct.c_uint32), ("attach_btf_id", ct.c_uint32)]
-
-
 def crc_table() -> list[int]:
     """The reflected CRC-32 table (polynomial 0xEDB88320) zlib.crc32 uses."""
     table = []
@@ -299,9 +277,7 @@ class NicResponder:
 
     def verified_insns(self) -> int:
         """Instructions the verifier processed to load the responder (its 1M budget)."""
-        info = _ProgInfo()
-        bpfcache._info(self.prog_fd, info)
-        return info.verified_insns
+        return bpfcache.prog_info(self.prog_fd).verified_insns
 
     # ------------------------------------------------------------ lifetime
     def close(self) -> None:
@@ -322,6 +298,4 @@ class NicResponder:
 
 
 def prog_id_of(fd: int) -> int:
-    info = _ProgInfo()
-    bpfcache._info(fd, info)
-    return info.id
+    return bpfcache.prog_info(fd).id
