@@ -20,6 +20,8 @@
 /* nic_cfg.flags */
 #define NIC_F_CONSUME    1   /* data frames the program booked but did not answer: XDP_DROP
                               * (the NIC has them; no Python receiver needs them) */
+#define NIC_F_OPEN_LOOP  2   /* RESPOND as an open-loop receiver (receiver.Responder): an ACK
+                              * only for an ack-request, with that packet's PSN; no NAK */
 
 struct nic_cfg {
     __u32 mode;
@@ -30,6 +32,26 @@ struct nic_cfg {
     __u8  cnp_dscp;
     __u64 ack_delay_ns;      /* wall ns: ACK the first in-order packet this long after the last ACK (0: off) */
     __u64 cnp_interval_ns;   /* wall ns: at most one CNP per QP per interval (0: one per CE packet) */
+    /* delivered bytes over time (nic_rx_bins): bin i holds [origin + i*bin_ns, + bin_ns) */
+    __u64 bin_origin_ns;     /* CLOCK_MONOTONIC; 0: no bins */
+    __u64 bin_ns;
+};
+
+#ifndef NIC_RX_BINS
+#define NIC_RX_BINS 16384
+#endif
+#ifndef NIC_EVENT_PAGES
+#define NIC_EVENT_PAGES 256      /* ring buffer of 1 MiB: 32 k message completions unread */
+#endif
+
+/* nic_events (ring buffer): one record per message whose every packet arrived */
+struct nic_msg_event {
+    __u32 daddr;             /* network order */
+    __u32 dqpn;
+    __u32 flow_id;
+    __u32 msg_id;
+    __u64 done_ns;           /* CLOCK_MONOTONIC when its last missing packet arrived */
+    __u64 msg_ns;            /* done_ns - the send time of its first packet */
 };
 
 /* per-CPU counters of the program (index into nic_counters) */
@@ -47,6 +69,8 @@ struct nic_cfg {
 #define NIC_C_DROP       11
 #define NIC_C_TX_FAIL    12   /* the answer could not be written (adjust_tail refused: frame passed) */
 #define NIC_C_NO_TABLE   13   /* RESPOND without the ICRC table loaded: booked, not answered */
+#define NIC_C_EVENT_LOST 14   /* a message completion the ring buffer had no room for */
+#define NIC_C_BIN_OUT    15   /* delivered bytes outside the bins (before origin, past the last) */
 #define NIC_C_MAX        16
 
 #define NIC_REORDER_SLOTS 32   /* reorder_hist[min(distance, 31)] */

@@ -32,6 +32,8 @@ BPF_ARRAY(nic_cfg, struct nic_cfg, 1);
 BPF_ARRAY(nic_crc, struct nic_crc_table, 1);
 BPF_PERCPU_ARRAY(nic_counters, __u64, NIC_C_MAX);
 BPF_HASH(nic_qps, struct nic_qp_key, struct nic_qp, NIC_MAX_QPS);
+BPF_PERCPU_ARRAY(nic_rx_bins, __u64, NIC_RX_BINS);
+BPF_RINGBUF_OUTPUT(nic_events, NIC_EVENT_PAGES);
 /* a zero QP to insert from: struct nic_qp is far larger than the 512-byte stack, and a
  * map value whose BTF holds a bpf_spin_lock may not be a helper's value argument */
 struct nic_qp_blank {
@@ -50,6 +52,24 @@ static __always_inline void nic_count(__u32 idx)
 
     if (c)
         *c += 1;
+}
+
+/* Delivered frame bytes by arrival time, all QPs together (the run's timeline) */
+static __always_inline void nic_book_bin(const struct nic_cfg *cfg, __u64 now, __u32 len)
+{
+    __u64 *b;
+    __u32 idx;
+
+    if (!cfg->bin_origin_ns || !cfg->bin_ns)
+        return;
+    if (now < cfg->bin_origin_ns || (now - cfg->bin_origin_ns) / cfg->bin_ns >= NIC_RX_BINS) {
+        nic_count(NIC_C_BIN_OUT);
+        return;
+    }
+    idx = (now - cfg->bin_origin_ns) / cfg->bin_ns;
+    b = nic_rx_bins.lookup(&idx);
+    if (b)
+        *b += len;
 }
 
 static __always_inline int nic_pass(void)
@@ -144,7 +164,8 @@ int xdp_nic_responder(struct xdp_md *ctx)
     __u32 zero = 0, lat_slot, msg_slot, send = NIC_SEND_NONE, resp_psn = 0, resp_msn = 0;
     __u64 now, lat, msg_ns;
     __s32 d;
-    int why, respond, unique, becn = 0, cnp_due, r;
+    int why, respond, open_loop, unique, msg_done = 0, becn = 0, cnp_due, r;
+    struct nic_msg_event ev;
 
     cfg = nic_cfg.lookup(&zero);
     if (!cfg || cfg->mode == NIC_MODE_OFF)
@@ -156,6 +177,7 @@ int xdp_nic_responder(struct xdp_md *ctx)
         return nic_pass();
     }
     respond = cfg->mode == NIC_MODE_RESPOND;
+    open_loop = cfg->flags & NIC_F_OPEN_LOOP;
     t = nic_crc.lookup(&zero);
     if (respond && (!t || t->t[1] == 0)) {
         /* no table, no ICRC: book the frame, answer nothing */
@@ -223,6 +245,7 @@ int xdp_nic_responder(struct xdp_md *ctx)
             q->lat_bad++;
         }
         if (nic_book_msg(q, rx.msg_id, rx.msg_pkts)) {
+            msg_done = 1;
             q->messages++;
             q->msg_sum += msg_ns;
             msg_slot = nic_log_slot(msg_ns);
@@ -231,8 +254,14 @@ int xdp_nic_responder(struct xdp_md *ctx)
     }
 
     if (respond) {
-        d = nic_psn_diff(rx.psn, q->epsn);
-        if (d == 0) {
+        d = open_loop ? 0 : nic_psn_diff(rx.psn, q->epsn);
+        if (open_loop) {
+            /* receiver.Responder: the MSN counts messages whose last packet arrived */
+            if (rx.msg_last)
+                q->msn = (q->msn + 1) & PSN_MASK;
+            if (rx.ackreq)
+                send = NIC_SEND_ACK;
+        } else if (d == 0) {
             q->epsn = (q->epsn + 1) & PSN_MASK;
             q->unacked++;
             q->flags &= ~NIC_QP_NAK_OPEN;
@@ -275,9 +304,24 @@ int xdp_nic_responder(struct xdp_md *ctx)
             q->naks++;
         }
         resp_psn = send == NIC_SEND_NAK ? q->epsn : q->epsn - 1;
+        if (open_loop)
+            resp_psn = rx.psn;
         resp_msn = q->msn;
     }
     bpf_spin_unlock(&q->lock);
+
+    if (unique)
+        nic_book_bin(cfg, now, rx.frame_len);
+    if (msg_done) {
+        ev.daddr = rx.daddr;
+        ev.dqpn = rx.dqpn;
+        ev.flow_id = rx.flow_id;
+        ev.msg_id = rx.msg_id;
+        ev.done_ns = now;
+        ev.msg_ns = msg_ns;
+        if (nic_events.ringbuf_output(&ev, sizeof(ev), 0))
+            nic_count(NIC_C_EVENT_LOST);
+    }
 
     if (send == NIC_SEND_NONE) {
         if (cfg->flags & NIC_F_CONSUME && respond) {

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ctypes as ct
 import ipaddress
+import mmap
 import socket
 import zlib
 from pathlib import Path
@@ -20,6 +21,7 @@ from pathlib import Path
 from dataplane import bpfcache, bpfio, timescale
 from dataplane.bpfio import BpfMaps, DataplaneError
 from dataplane.netns_util import in_netns
+from dataplane.nic.ringbuf import RingBuffer
 from dataplane.runtime.labspec import XDP_ATTACH_MODE
 
 NIC_DIR = Path(__file__).resolve().parent.parent.parent / "bpf" / "nic"
@@ -29,14 +31,17 @@ PASS_PROG_NAME = "xdp_nic_pass"
 
 # mirrors of bpf/nic/nic.h
 MODES = {"off": 0, "count": 1, "respond": 2}
-F_CONSUME = 1
+F_CONSUME, F_OPEN_LOOP = 1, 2
 COUNTERS = ("rx", "not_roce", "not_data", "no_railab", "data", "qp_full", "acks", "naks",
-            "cnps", "cnp_deferred", "pass", "drop", "tx_fail", "no_table")
+            "cnps", "cnp_deferred", "pass", "drop", "tx_fail", "no_table", "event_lost",
+            "bin_out")
 C_MAX = 16
 REORDER_SLOTS = 32
 LOG_SLOTS = 128
 MSG_SLOTS = 8
 DEFAULT_MAX_QPS = 1024
+RX_BINS = 16384
+EVENT_PAGES = 256
 ACK_DSCP = 26           # roce.DSCP_DATA: build_ack's default
 CNP_DSCP = 48           # roce.DSCP_CNP
 ROCE_PORT = 4791
@@ -45,7 +50,14 @@ ROCE_PORT = 4791
 class NicCfg(ct.Structure):
     _fields_ = [("mode", ct.c_uint32), ("flags", ct.c_uint32), ("ack_every", ct.c_uint32),
                 ("reply_sport", ct.c_uint16), ("ack_dscp", ct.c_uint8), ("cnp_dscp", ct.c_uint8),
-                ("ack_delay_ns", ct.c_uint64), ("cnp_interval_ns", ct.c_uint64)]
+                ("ack_delay_ns", ct.c_uint64), ("cnp_interval_ns", ct.c_uint64),
+                ("bin_origin_ns", ct.c_uint64), ("bin_ns", ct.c_uint64)]
+
+
+class MsgEvent(ct.Structure):
+    """nic_events' record: a message whose every packet arrived."""
+    _fields_ = [("daddr", ct.c_uint32), ("dqpn", ct.c_uint32), ("flow_id", ct.c_uint32),
+                ("msg_id", ct.c_uint32), ("done_ns", ct.c_uint64), ("msg_ns", ct.c_uint64)]
 
 
 class QpKey(ct.Structure):
@@ -152,6 +164,7 @@ class NicResponder:
         self._object = bpfcache.load(RESPONDER_C, self.cflags, {
             PROG_NAME: bpfcache.PROG_XDP, PASS_PROG_NAME: bpfcache.PROG_XDP})
         self._attached: list[tuple[str | None, int, int]] = []    # (netns, ifindex, prog fd)
+        self._events: RingBuffer | None = None
         self._closed = False
         try:
             self.load_seconds = self._object.seconds
@@ -170,11 +183,16 @@ class NicResponder:
     # ------------------------------------------------------------ configuration
     def configure(self, *, mode: str = "respond", ack_every: int = 0, ack_delay_us: float = 0.0,
                   cnp_interval_us: float = 0.0, scale: float | None = None, consume: bool = False,
-                  reply_sport: int = ROCE_PORT, ack_dscp: int = ACK_DSCP,
-                  cnp_dscp: int = CNP_DSCP) -> NicCfg:
+                  open_loop: bool = False, reply_sport: int = ROCE_PORT, ack_dscp: int = ACK_DSCP,
+                  cnp_dscp: int = CNP_DSCP, bin_origin_ns: int = 0,
+                  bin_ns: int = 1_000_000) -> NicCfg:
         """Write the whole configuration. Times are real-fabric microseconds at the lab's
         `scale` (None: wall time). mode: off (everything passes untouched), count
-        (accounting only, everything passes), respond (accounting + ACK/NAK/CNP)."""
+        (accounting only, everything passes), respond (accounting + ACK/NAK/CNP).
+        open_loop: answer as the open-loop receiver does (an ACK per ack-request, no NAK);
+        else as a go-back-N responder. consume: drop the data frames after booking them.
+        bin_origin_ns: CLOCK_MONOTONIC start of the delivered-bytes bins (0: none), each
+        bin_ns wall ns long."""
         if mode not in MODES:
             raise ValueError(f"mode must be one of {', '.join(MODES)}")
         if not 0 <= ack_every < 2**32:
@@ -183,9 +201,11 @@ class NicResponder:
             raise ValueError("a DSCP is 0..63")
         if not 0 < reply_sport < 65536:
             raise ValueError("reply_sport must be 1..65535")
-        if ack_delay_us < 0 or cnp_interval_us < 0:
-            raise ValueError("times must be >= 0")
-        cfg = NicCfg(mode=MODES[mode], flags=F_CONSUME if consume else 0, ack_every=ack_every,
+        if ack_delay_us < 0 or cnp_interval_us < 0 or bin_origin_ns < 0 or bin_ns <= 0:
+            raise ValueError("times must be >= 0 (bin_ns > 0)")
+        flags = (F_CONSUME if consume else 0) | (F_OPEN_LOOP if open_loop else 0)
+        cfg = NicCfg(mode=MODES[mode], flags=flags, ack_every=ack_every,
+                     bin_origin_ns=bin_origin_ns, bin_ns=bin_ns,
                      reply_sport=reply_sport, ack_dscp=ack_dscp, cnp_dscp=cnp_dscp,
                      ack_delay_ns=timescale.wall_ns(ack_delay_us * 1000, scale),
                      cnp_interval_ns=timescale.wall_ns(cnp_interval_us * 1000, scale))
@@ -268,12 +288,32 @@ class NicResponder:
                 out.append(qp_dict(key, q))
         return sorted(out, key=lambda d: (ipaddress.IPv4Address(d["daddr"]), d["dqpn"]))
 
+    def rx_bins(self, count: int = RX_BINS) -> dict[int, int]:
+        """Delivered frame bytes per bin (configure's bin_origin_ns, bin_ns) of the first
+        `count` bins, the empty ones left out."""
+        out = {}
+        for i in range(min(count, RX_BINS)):
+            n = sum(self.maps.percpu("nic_rx_bins", i, ct.c_uint64))
+            if n:
+                out[i] = n
+        return out
+
+    def events(self) -> list[MsgEvent]:
+        """The message completions booked since the last call (the ring buffer, consumed)."""
+        if self._events is None:
+            self._events = RingBuffer(self.maps.fds["nic_events"], EVENT_PAGES * mmap.PAGESIZE)
+        return [MsgEvent.from_buffer_copy(r) for r in self._events.read()]
+
     def reset(self) -> None:
-        """Forget every QP and zero the counters (the configuration stays)."""
+        """Forget every QP, zero the counters and bins and drop unread events (the
+        configuration stays)."""
         for key in self._keys():
             self.maps.delete("nic_qps", key)
         for i in range(C_MAX):
             self.maps.zero_percpu("nic_counters", i, ct.c_uint64)
+        for i in self.rx_bins():
+            self.maps.zero_percpu("nic_rx_bins", i, ct.c_uint64)
+        self.events()
 
     def verified_insns(self) -> int:
         """Instructions the verifier processed to load the responder (its 1M budget)."""
@@ -288,6 +328,8 @@ class NicResponder:
         try:
             self.detach_all()
         finally:
+            if self._events is not None:
+                self._events.close()
             self._object.close()
 
     def __enter__(self):

@@ -295,6 +295,54 @@ def test_answers_match_the_python_go_back_n_responder(fresh):
     assert (st["acks"], st["naks"], st["discarded"]) == (py.stats.acks, py.stats.naks, py.stats.discarded)
 
 
+def test_open_loop_acks_each_ack_request_at_its_psn_and_never_naks(fresh):
+    """As receiver.Responder: the ACK carries the requesting packet's PSN and the count
+    of messages whose last packet arrived; a gap gets no NAK."""
+    fresh.configure(mode="respond", open_loop=True, cnp_interval_us=FAR)
+    py = __import__("dataplane.traffic.receiver", fromlist=["Responder"]).Responder()
+    qp = Qp()
+    for s, ackreq in [(0, False), (1, True), (4, True), (2, False), (3, True), (5, True)]:
+        frame = qp.frame(s, ackreq=ackreq, msg_id=s, msg_idx=0, msg_pkts=1)
+        res = run(fresh, frame)
+        want = py.respond(roce.parse(frame), 0)
+        if not ackreq:
+            assert res.verdict == "pass" and want == []
+            continue
+        assert res.verdict == "tx" and [res.data] == want, s
+    st = stats(fresh, qp)
+    assert (st["acks"], st["naks"], st["discarded"], st["out_of_order"]) == (4, 0, 0, 2)
+
+
+def test_delivered_bytes_are_binned_by_arrival_time(fresh):
+    origin = time.monotonic_ns() - 5_000_000          # 5 ms ago: these frames land in bin 5
+    fresh.configure(mode="count", bin_origin_ns=origin, bin_ns=1_000_000)
+    qp = Qp()
+    frames_ = [qp.frame(s) for s in range(3)]
+    for f in frames_:
+        run(fresh, f)
+    run(fresh, frames_[1])                            # a duplicate is not delivered twice
+    bins = fresh.rx_bins(64)
+    assert sum(bins.values()) == 3 * len(frames_[0])
+    assert min(bins) >= 5 and max(bins) <= 5 + 1000   # ms since origin, for a slow machine
+    fresh.configure(mode="count", bin_origin_ns=time.monotonic_ns() + 10**12)   # in the future
+    run(fresh, qp.frame(3))
+    assert fresh.counters()["bin_out"] == 1 and sum(fresh.rx_bins(64).values()) == sum(bins.values())
+
+
+def test_each_completed_message_is_one_ring_buffer_event(fresh):
+    fresh.configure(mode="count")
+    qp = Qp(flow_id=42)
+    sent = time.monotonic_ns()
+    # message 0: packets 0,1 (in order); message 1: packets 3,2 (reordered); message 2 unfinished
+    for s, msg, idx in [(0, 0, 0), (1, 0, 1), (3, 1, 1), (2, 1, 0), (2, 1, 0), (4, 2, 0)]:
+        run(fresh, qp.frame(s, msg_id=msg, msg_idx=idx, msg_pkts=2, ts_ns=sent))
+    events = fresh.events()
+    assert [(e.flow_id, e.msg_id, e.dqpn) for e in events] == [(42, 0, qp.dqpn), (42, 1, qp.dqpn)]
+    assert all(e.done_ns - e.msg_ns == sent for e in events)
+    assert fresh.events() == [] and fresh.counters()["event_lost"] == 0
+    assert stats(fresh, qp)["messages"] == 2
+
+
 def test_write_with_reth_and_the_late_window(fresh):
     qp = Qp(opcode=roce.Opcode.WRITE_ONLY)
     assert_ack(run(fresh, qp.frame(0, ackreq=True)), qp, PSN0, msn=1)
@@ -442,12 +490,14 @@ def test_python_mirrors_match_nic_h_and_the_loaded_maps(nic):
     assert {m: defines[f"NIC_MODE_{m.upper()}"] for m in nicmod.MODES} == nicmod.MODES
     assert [defines[f"NIC_C_{n.upper()}"] for n in ("rx", "not_roce", "not_data", "no_railab", "data",
                                                      "qp_full", "ack", "nak", "cnp", "cnp_defer", "pass",
-                                                     "drop", "tx_fail", "no_table")] == \
+                                                     "drop", "tx_fail", "no_table", "event_lost",
+                                                     "bin_out")] == \
         list(range(len(nicmod.COUNTERS)))
     assert (defines["NIC_C_MAX"], defines["NIC_REORDER_SLOTS"], defines["NIC_LOG_SLOTS"],
-            defines["NIC_MSG_SLOTS"], defines["NIC_F_CONSUME"], defines["NIC_MAX_QPS"]) == \
+            defines["NIC_MSG_SLOTS"], defines["NIC_F_CONSUME"], defines["NIC_F_OPEN_LOOP"],
+            defines["NIC_MAX_QPS"], defines["NIC_RX_BINS"], defines["NIC_EVENT_PAGES"]) == \
         (nicmod.C_MAX, nicmod.REORDER_SLOTS, nicmod.LOG_SLOTS, nicmod.MSG_SLOTS, nicmod.F_CONSUME,
-         nicmod.DEFAULT_MAX_QPS)
+         nicmod.F_OPEN_LOOP, nicmod.DEFAULT_MAX_QPS, nicmod.RX_BINS, nicmod.EVENT_PAGES)
     sizes = {}
     for name, fd in nic.maps.fds.items():
         info = bpfcache._MapInfo()
@@ -457,3 +507,8 @@ def test_python_mirrors_match_nic_h_and_the_loaded_maps(nic):
     assert sizes["nic_cfg"][1] == ct.sizeof(nicmod.NicCfg)
     assert sizes["nic_crc"][1] == ct.sizeof(nicmod.CrcTable)
     assert sizes["nic_qp_zero"][1] == ct.sizeof(nicmod.NicQp)
+    assert sizes["nic_rx_bins"] == (4, 8, nicmod.RX_BINS)
+    assert sizes["nic_events"][2] == nicmod.EVENT_PAGES * 4096
+    ev_size = re.search(r"struct nic_msg_event \{(.*?)\};", text, re.S)[1]
+    assert ct.sizeof(nicmod.MsgEvent) == sum(8 if "__u64" in line else 4
+                                             for line in ev_size.splitlines() if "__u" in line)
