@@ -140,6 +140,8 @@ struct nic_qp {
     __u64 reorder_hist[NIC_REORDER_SLOTS];
     __u64 lat_hist[NIC_LOG_SLOTS];
     __u64 msg_hist[NIC_LOG_SLOTS];
+    __u64 max_gap_ns;        /* longest pause between two deliveries */
+    __u64 last_send_ns;      /* the latest send stamp among the packets that arrived */
 };
 
 /* CRC-32 (reflected 0xEDB88320) lookup table, written by Python: no .rodata in bcc. */

@@ -228,7 +228,11 @@ int xdp_nic_responder(struct xdp_md *ctx)
         q->packets++;
         q->bytes += rx.frame_len;
         q->payload_bytes += rx.payload_len;
+        if (q->packets > 1 && now - q->last_ns > q->max_gap_ns)
+            q->max_gap_ns = now - q->last_ns;
         q->last_ns = now;
+        if (rx.ts_ns > q->last_send_ns)
+            q->last_send_ns = rx.ts_ns;
         if (rx.ecn == 3)
             q->ce++;
         if ((__s64)lat >= 0) {

@@ -23,6 +23,7 @@ from dataplane.agent.protocol import CounterSnapshot
 from dataplane.experiment.spec import NAV_MODES, Experiment, ModeSpec
 from dataplane.experiment import timeline
 from dataplane.lb import Fabric
+from dataplane.nic.hosts import KernelReceivers, receive_side
 from dataplane.pathtrace import FlowKey, path_links, touches
 from dataplane.report import metrics
 from dataplane.runtime.labspec import LabSpec
@@ -345,14 +346,20 @@ def run_once(spec: LabSpec, experiment: Experiment, flows: list[wl.Flow], label:
         cnp_us = (cfg.dcqcn or DcqcnParams()).cnp_interval_us
         recv_args = ["--transport", json.dumps(cfg.to_dict()), "--scale", str(scale),
                      "--cnp-interval-ns", str(timescale.wall_ns(cnp_us * 1000, scale))]
+    receive, receive_why = receive_side(spec, experiment.hosts, closed_loop=cfg.closed_loop,
+                                        has_events=bool(experiment.events))
+    kernel_rx: KernelReceivers | None = None
+    python_receivers = receivers if receive == "python" else []
     before = fabric.snapshot()
     try:
-        for host in receivers:
+        if receive == "kernel":
+            kernel_rx = KernelReceivers(spec, receivers, max_qps=len(flows), scale=scale)
+        for host in python_receivers:
             ports = [i.name for i in by_name[host].interfaces]
             line = [i.speed_bps * scale for i in by_name[host].interfaces] if scale else []
             procs[host].receiver = _spawn(["recv", "--netns", procs[host].netns, "--ports", ",".join(ports),
                                            *recv_args, *(["--line-bps", str(min(line))] if line else [])])
-        for host in receivers:
+        for host in python_receivers:
             line = procs[host].receiver.stdout.readline().strip()
             if line != "ready":
                 err = procs[host].receiver.stderr.read().strip().splitlines()
@@ -379,6 +386,8 @@ def run_once(spec: LabSpec, experiment: Experiment, flows: list[wl.Flow], label:
         # one start time for every host, a little ahead, so that all are awake by then:
         # the flows' relative phases are the experiment's, not the order hosts woke up in
         started = clock.mark_start(at=time.monotonic() + GO_LEAD_S)
+        if kernel_rx is not None:
+            kernel_rx.start(int(started * 1e9))
         for host in senders:
             procs[host].sender.stdin.write(f"go {int(started * 1e9)}\n")
             procs[host].sender.stdin.close()
@@ -408,7 +417,12 @@ def run_once(spec: LabSpec, experiment: Experiment, flows: list[wl.Flow], label:
         flow_stats: dict[str, dict] = {}
         receiver_drops = 0
         received: list[dict] = []
-        for host in receivers:
+        if kernel_rx is not None:
+            answer = kernel_rx.finish({f.flow_id: int(sent.get(str(f.flow_id), 0)) for f in flows},
+                                      time.monotonic_ns())
+            flow_stats.update(answer["flows"])
+            received.append(answer)
+        for host in python_receivers:
             # Only this host's flows: the receiver books every flow it is told of.
             mine = {str(f.flow_id): sent.get(str(f.flow_id), 0) for f in flows if f.dst_host == host}
             out, err = procs[host].receiver.communicate(json.dumps({"per_flow_packets": mine}) + "\n", timeout=60)
@@ -424,6 +438,8 @@ def run_once(spec: LabSpec, experiment: Experiment, flows: list[wl.Flow], label:
             clock.join()
         if experiment.events:
             faults.clear(spec.name)
+        if kernel_rx is not None:
+            kernel_rx.close()
         for p in procs.values():
             for proc in (p.sender, p.receiver):
                 if proc is not None and proc.poll() is None:
@@ -460,6 +476,9 @@ def run_once(spec: LabSpec, experiment: Experiment, flows: list[wl.Flow], label:
         # Loads are bytes over the sending time; wall time adds process start-up.
         "mode": label, "seed": seed, "duration_s": experiment.duration_s, "wall_s": elapsed,
         "transport": cfg.kind, "dcqcn": cfg.dcqcn is not None,
+        # who played the NICs: the kernel NIC (dataplane.nic) or Python processes, and why
+        "hosts": {"receive": receive, "send": "python", "why": receive_why,
+                  **({"nic": received[0]["nic"]} if kernel_rx is not None else {})},
         "nodes": [{"name": n.name, "role": n.role, "rail": n.rail, "plane": n.plane} for n in spec.nodes],
         "links": links,
         "flows": flow_records,

@@ -86,6 +86,10 @@ _MODE_OBJECT = {
     "additionalProperties": False,
 }
 
+# Who plays the hosts' NICs. kernel: the XDP NIC (dataplane.nic) wherever it covers the
+# run, Python elsewhere, and the run record says which and why; python: always Python.
+HOSTS = ("kernel", "python")
+
 SCHEMA = {
     "type": "object",
     "required": ["name", "lab", "modes", "workload"],
@@ -110,6 +114,7 @@ SCHEMA = {
         },
         "output": {"type": "string"},
         "reuse_lab": {"type": "boolean"},
+        "hosts": {"enum": list(HOSTS)},
         "sample_interval": {"type": ["string", "number"]},
         "events": {
             "type": "array",
@@ -157,6 +162,7 @@ class Experiment:
     reuse_lab: bool
     events: list[dict] = field(default_factory=list)
     sample_s: float = 0.1
+    hosts: str = "kernel"            # kernel: the kernel NIC where it covers the run (HOSTS)
 
 
 def _where(error: jsonschema.ValidationError) -> str:
@@ -230,7 +236,7 @@ def load(path: str | Path) -> Experiment:
     _check_line_rate(source, lab_file, workload, port_model.get("scale"))
     return Experiment(doc["name"], source, lab_file, duration, modes, workload,
                       port_model, sweep, output, bool(doc.get("reuse_lab", False)),
-                      events, sample_s)
+                      events, sample_s, doc.get("hosts", "kernel"))
 
 
 def _check_mode_targets(source: Path, lab_file: Path, modes: list[ModeSpec]) -> None:

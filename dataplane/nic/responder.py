@@ -82,7 +82,8 @@ class NicQp(ct.Structure):
                    ("seen_lo", ct.c_uint64), ("seen_hi", ct.c_uint64)]
                 + [(n, ct.c_uint64) for n in _QP_STATS]
                 + [("msg_slots", MsgSlot * MSG_SLOTS), ("reorder_hist", ct.c_uint64 * REORDER_SLOTS),
-                   ("lat_hist", ct.c_uint64 * LOG_SLOTS), ("msg_hist", ct.c_uint64 * LOG_SLOTS)])
+                   ("lat_hist", ct.c_uint64 * LOG_SLOTS), ("msg_hist", ct.c_uint64 * LOG_SLOTS),
+                   ("max_gap_ns", ct.c_uint64), ("last_send_ns", ct.c_uint64)])
 
 
 class CrcTable(ct.Structure):
@@ -150,6 +151,9 @@ def qp_dict(key: QpKey, q: NicQp) -> dict:
     d["reorder_hist"] = _sparse(q.reorder_hist)
     d["lat_hist"] = _sparse(q.lat_hist)
     d["msg_hist"] = _sparse(q.msg_hist)
+    d["max_gap_ns"] = int(q.max_gap_ns)
+    d["last_send_ns"] = int(q.last_send_ns)
+    d["messages_open"] = sum(1 for slot in q.msg_slots if slot.got)
     return d
 
 

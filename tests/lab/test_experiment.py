@@ -254,3 +254,46 @@ def test_an_experiment_on_a_deployed_lab_leaves_it_as_it_found_it(lab_factory, t
     assert results["modes"]["spray-rr"]["metrics"]["max_uplink_util"] is not None
     assert "ports emulated at 4 Mb/s" in (folder / "table.txt").read_text()
     assert results["plots"] and all(Path(p).exists() for p in results["plots"])
+
+
+def test_kernel_nic_receivers_book_what_the_python_receivers_book(lab_factory, tmp_path):
+    """The same short open-loop run with the kernel NIC's receive side and with the
+    Python receivers, on one lab: per flow the same packets, messages and no loss (a
+    light load), the run says who received, and no host port keeps an XDP program."""
+    from dataplane import bpfio
+    from dataplane.nic.responder import NicResponder
+    from dataplane.traffic import roce
+    spec = lab_factory(shipped("clos2"), prefix="nic")
+    results = {}
+    for hosts in ("kernel", "python"):
+        path = _write(tmp_path, f"name: nic-{hosts}\nlab: {shipped('clos2').as_posix()}\nduration: 0.5s\n"
+                                f"hosts: {hosts}\nmodes: [spray-rr]\nport_model: {{scale: 0.00001}}\n"
+                                "workload: {load: 0.3, pattern: {type: ring-allreduce}, "
+                                "mix: {elephant: 1.0, mice: 0.0, protocol: 0.0}, "
+                                "classes: {elephant: {size: 8KiB, arrival: paced}}}\n", f"{hosts}.yml")
+        report = railab("run", str(path), "--json", "--output", str(tmp_path / hosts), "--name",
+                        spec.name, timeout=300)
+        folder = Path(json.loads(report.stdout)["folder"])
+        results[hosts] = json.loads((folder / "results.json").read_text())["modes"]["spray-rr"]["runs"][0]
+    kernel, python = results["kernel"], results["python"]
+    assert kernel["hosts"]["receive"] == "kernel" and python["hosts"]["receive"] == "python"
+    by_id = {f["flow_id"]: f for f in python["flows"]}
+    assert len(kernel["flows"]) == len(by_id) > 0
+    assert all(f["sent_packets"] > 0 for f in kernel["flows"])
+    for flow in kernel["flows"]:
+        other = by_id[flow["flow_id"]]
+        assert flow["lost"] == other["lost"] == 0
+        assert flow["packets"] == flow["sent_packets"] and other["packets"] == other["sent_packets"]
+        # a message is complete when all of its packets were sent (the run ends mid-message)
+        per_message = len(roce.segment_message(8192, 1024))
+        assert flow["messages_completed"] == len(flow["completions_us"]) == flow["sent_packets"] // per_message
+        assert other["messages_completed"] == other["sent_packets"] // per_message
+        assert flow["latency_ns"]["count"] == flow["packets"] and flow["latency_ns"]["p50"] > 0
+    assert kernel["hosts"]["nic"]["data"] == sum(f["packets"] for f in kernel["flows"])
+    assert kernel["hosts"]["nic"]["event_lost"] == kernel["hosts"]["nic"]["qp_full"] == 0
+    delivered = sum(b["bps"] for b in kernel["timeline"]) * 0.1 / 8
+    assert delivered == pytest.approx(sum(f["bytes"] for f in kernel["flows"]), rel=0.05)
+    for node in spec.hosts:
+        for iface in node.interfaces:
+            index = NicResponder.ifindex(node.netns, iface.name)
+            assert bpfio.attached_xdp(node.netns, index)[1] == 0, f"{node.name}:{iface.name}"

@@ -1,0 +1,107 @@
+"""The receive side of a run's hosts as the kernel NIC: one responder object (one
+program, one set of maps) attached to every port of every receiving host.
+
+The program books each data frame to its QP, answers as the open-loop receiver does
+(an ACK per ack-request, a CNP per CE mark and interval) and drops the frame: no Python
+process reads it. At the end the maps become the answer hostrun's `recv` gives
+(dataplane.nic.report), so the runner and the reports see no difference.
+
+`receive_side()` says whether an experiment's run can use it, and if not, why: the
+Python hosts still do what the kernel NIC does not (module doc of dataplane.nic.report
+and docs/design/nic.md).
+"""
+from __future__ import annotations
+
+import threading
+
+from dataplane.nic import report
+from dataplane.nic.responder import NicResponder
+from dataplane.runtime.labspec import LabSpec
+from dataplane.traffic.receiver import RX_BIN_NS
+
+EVENT_POLL_S = 0.05        # the ring buffer holds 32 k completions: read well before it fills
+XDP_DATAPLANES = ("xdp", "xdp-generic")
+
+
+def receive_side(spec: LabSpec, wanted: str, *, closed_loop: bool, has_events: bool) -> tuple[str, str]:
+    """("kernel" | "python", why) for a run whose experiment asked for `wanted` hosts."""
+    if wanted == "python":
+        return "python", "the experiment asks for Python hosts"
+    if spec.dataplane not in XDP_DATAPLANES:
+        return "python", (f"the lab's switches forward in the {spec.dataplane} dataplane: a host "
+                          "port's XDP_TX answers need an XDP program on the switch's end")
+    if closed_loop:
+        return "python", "a closed-loop transport: the kernel NIC's requester side is not built yet"
+    if has_events:
+        return "python", "faults: loss windows need per-packet send times, which the kernel NIC does not keep"
+    return "kernel", "open loop, XDP switches"
+
+
+class KernelReceivers:
+    """Every receiving host's ports under one NicResponder (module doc). Use as a
+    context manager: leaving it detaches everything, also on an error."""
+
+    def __init__(self, spec: LabSpec, hosts: list[str], *, max_qps: int,
+                 cnp_interval_us: float = 0.0, scale: float | None = None):
+        by_name = {n.name: n for n in spec.nodes}
+        self.ports = [(by_name[h].netns, i.name) for h in hosts for i in by_name[h].interfaces]
+        self.line_bps = sum(i.speed_bps * scale for h in hosts for i in by_name[h].interfaces) if scale else 0.0
+        self.cnp_interval_us, self.scale = cnp_interval_us, scale
+        self.nic = NicResponder(max_qps=max(64, max_qps))
+        self._events: list = []
+        self._stop = threading.Event()
+        self._reader: threading.Thread | None = None
+        self.origin_ns = 0
+        try:
+            self.nic.configure(mode="respond", open_loop=True, consume=True,
+                               cnp_interval_us=cnp_interval_us, scale=scale)
+            for netns, ifname in self.ports:
+                self.nic.attach(netns, ifname, mode=spec.dataplane)
+        except BaseException:
+            self.nic.close()
+            raise
+
+    def start(self, at_ns: int) -> None:
+        """Bin delivered bytes from `at_ns` (CLOCK_MONOTONIC, rounded down to a bin) and
+        keep reading the completions while the run lasts."""
+        self.origin_ns = at_ns - at_ns % RX_BIN_NS
+        self.nic.configure(mode="respond", open_loop=True, consume=True, scale=self.scale,
+                           cnp_interval_us=self.cnp_interval_us, bin_origin_ns=self.origin_ns,
+                           bin_ns=RX_BIN_NS)
+        self._reader = threading.Thread(target=self._read_events, name="nic-events", daemon=True)
+        self._reader.start()
+
+    def _read_events(self) -> None:
+        while not self._stop.wait(EVENT_POLL_S):
+            self._events.extend(self.nic.events())
+
+    def finish(self, sent: dict[int, int], until_ns: int) -> dict:
+        """hostrun recv's answer for every flow in `sent` (flow id -> packets sent), bins
+        up to `until_ns`."""
+        self._stop.set()
+        if self._reader is not None:
+            self._reader.join()
+        self._events.extend(self.nic.events())
+        flows = report.flow_records(self.nic.qps(), self._events, sent)
+        nbins = max(0, (until_ns - self.origin_ns) // RX_BIN_NS + 1)
+        bins = report.water_filled(self.nic.rx_bins(nbins), self.line_bps * RX_BIN_NS / 8e9)
+        first = self.origin_ns // RX_BIN_NS
+        keys = ("packets", "bytes", "lost", "duplicates", "out_of_order", "ce")
+        counters = self.nic.counters()
+        return {"flows": flows, "totals": {k: sum(f[k] for f in flows.values()) for k in keys},
+                "socket_drops": 0, "rx_bin_ns": RX_BIN_NS,
+                "rx_bins": {str(first + b): n for b, n in bins.items()},
+                "nic": {k: counters[k] for k in ("data", "acks", "cnps", "qp_full", "event_lost",
+                                                  "bin_out", "tx_fail")}}
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._reader is not None and self._reader.is_alive():
+            self._reader.join()
+        self.nic.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()

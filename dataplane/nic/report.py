@@ -1,0 +1,133 @@
+"""The kernel NIC's receive books as the Python receivers report them.
+
+dataplane.traffic.hostrun's `recv` answers with FlowStats.to_dict() per flow plus the
+delivered-bytes bins; these functions make the same answer from the responder's per-QP
+maps (NicResponder.qps()), its message-completion events and its bins, so every report,
+table and plot reads a kernel-NIC run as it reads a Python one. Pure: no I/O.
+
+What differs, and why:
+  * latency p50/p99 come from a log-linear histogram (4 slots per power of two, so within
+    12 % of the exact value); count, min, max and mean are exact. Message completion
+    times are exact: each completion is an event.
+  * a flow's loss timing (outage, recovery: dataplane.traffic.receiver.loss_timing) needs
+    the send time of every packet around each loss, which the NIC does not keep; it is
+    reported unknown, with a note saying so.
+  * delivered bytes are binned when a frame arrived; a bin holding more than the
+    receiving ports can carry in its time got its excess during the bins before it (a
+    frame takes its length at line rate to arrive): the excess moves back, as Receiver
+    spreads a frame over its arrival time.
+"""
+from __future__ import annotations
+
+from typing import Iterable, Mapping
+
+from dataplane.nic.responder import MsgEvent, log_slot_low
+from dataplane.traffic.roce import PSN_MASK
+
+TIMING_NOTE = "kernel NIC: no per-packet send times kept (loss windows need the Python hosts)"
+
+
+def _hist_quantile(hist: Mapping[int, int], q: float, lo: int, hi: int) -> float:
+    """The q-quantile of a log-slot histogram: the middle of the slot it falls in,
+    clamped to the exact [lo, hi]."""
+    total = sum(hist.values())
+    rank = min(total - 1, max(0, round(q * (total - 1))))
+    seen = 0
+    for slot in sorted(hist):
+        seen += hist[slot]
+        if seen > rank:
+            mid = (log_slot_low(slot) + log_slot_low(slot + 1)) / 2 if slot >= 4 else slot
+            return float(min(hi, max(lo, mid)))
+    return float(hi)
+
+
+def latency_summary(qp: Mapping) -> dict:
+    """FlowStats.latency_summary's shape from a QP's latency histogram."""
+    count = qp["packets"] - qp["lat_bad"]
+    if count <= 0 or not qp["lat_hist"]:
+        return {"count": 0}
+    lo, hi = qp["lat_min"], qp["lat_max"]
+    return {"count": count, "min": lo, "p50": _hist_quantile(qp["lat_hist"], 0.5, lo, hi),
+            "p99": _hist_quantile(qp["lat_hist"], 0.99, lo, hi), "max": hi,
+            "mean": qp["lat_sum"] / count}
+
+
+def exact_summary(values: list[int]) -> dict:
+    """count, min, p50, p99, max, mean as receiver._summary computes them."""
+    from dataplane.traffic.receiver import _summary
+    return _summary(values)
+
+
+def flow_record(qp: Mapping, completions_ns: list[int], sent: int | None) -> dict:
+    """One flow's FlowStats.to_dict() (plus completions_us, as hostrun recv adds) from its
+    QP and the completion times of its messages. `sent`: packets its sender sent (the
+    missing tail counts as lost), None when unknown."""
+    expected = ((qp["highest"] - qp["psn0"]) & PSN_MASK) + 1
+    lost = max(0, qp["holes"] - qp["out_of_order"])
+    if sent is not None:
+        lost += max(0, sent - expected)
+    total = qp["packets"] + lost
+    dur = (qp["last_ns"] - qp["first_ns"]) / 1e9
+    return {
+        "flow_id": qp["flow_id"], "src_ip": qp["saddr"], "dst_ip": qp["daddr"],
+        "sport": qp["sport"], "dqpn": qp["dqpn"], "src_qp": qp["src_qp"],
+        "packets": qp["packets"], "bytes": qp["bytes"], "payload_bytes": qp["payload_bytes"],
+        "lost": lost, "loss_ratio": lost / total if total else 0.0,
+        "duplicates": qp["duplicates"], "out_of_order": qp["out_of_order"],
+        "reorder_hist": dict(sorted(qp["reorder_hist"].items())), "ce": qp["ce"],
+        "rx_bps": qp["bytes"] * 8 / dur if dur > 0 else 0.0,
+        "latency_ns": latency_summary(qp),
+        "messages_completed": len(completions_ns), "messages_incomplete": qp["messages_open"],
+        "completion_ns": exact_summary(completions_ns),
+        "max_gap_us": qp["max_gap_ns"] / 1000,
+        "first_rx_ns": qp["first_ns"], "last_rx_ns": qp["last_ns"],
+        "last_send_ns": qp["last_send_ns"],
+        "outage_us": None, "recovery_us": None, "loss_windows_ns": [],
+        "timing_note": TIMING_NOTE if lost else None,
+        "completions_us": [ns / 1000 for ns in completions_ns],
+    }
+
+
+def unseen_flow(flow_id: int, sent: int) -> dict:
+    """A flow of which nothing arrived (Receiver.finish books it the same way)."""
+    return {"flow_id": flow_id, "packets": 0, "bytes": 0, "payload_bytes": 0, "lost": sent,
+            "loss_ratio": 1.0 if sent else 0.0, "duplicates": 0, "out_of_order": 0,
+            "reorder_hist": {}, "ce": 0, "rx_bps": 0.0, "latency_ns": {"count": 0},
+            "messages_completed": 0, "messages_incomplete": 0, "completion_ns": {"count": 0},
+            "max_gap_us": 0.0, "first_rx_ns": 0, "last_rx_ns": 0, "last_send_ns": 0,
+            "outage_us": None, "recovery_us": None, "loss_windows_ns": [],
+            "timing_note": "no packet received" if sent else None, "completions_us": []}
+
+
+def flow_records(qps: Iterable[Mapping], events: Iterable[MsgEvent],
+                 sent: Mapping[int, int]) -> dict[str, dict]:
+    """Every flow in `sent` (flow id -> packets sent) as hostrun recv's "flows"."""
+    done: dict[int, list[int]] = {}
+    for e in events:
+        done.setdefault(e.flow_id, []).append(e.msg_ns)
+    by_flow = {q["flow_id"]: q for q in qps}
+    out = {}
+    for fid, n in sent.items():
+        qp = by_flow.get(fid)
+        out[str(fid)] = flow_record(qp, done.get(fid, []), n) if qp else unseen_flow(fid, n)
+    return out
+
+
+def water_filled(bins: Mapping[int, int], capacity: float) -> dict[int, int]:
+    """Bins (index -> bytes) where no bin holds more than `capacity` bytes: a bin's excess
+    arrived during the bins before it, so it moves back (module doc). Capacity 0 or
+    less: the bins as they are."""
+    if capacity <= 0 or not bins:
+        return dict(bins)
+    out: dict[int, float] = {}
+    carry = 0.0
+    for b in range(max(bins), min(bins) - 1, -1):
+        have = bins.get(b, 0) + carry
+        out[b] = min(have, capacity)
+        carry = have - out[b]
+    b = min(bins) - 1
+    while carry > 0:          # what arrived before the first bin: it still happened
+        out[b] = min(carry, capacity)
+        carry -= out[b]
+        b -= 1
+    return {b: round(n) for b, n in sorted(out.items()) if n}
