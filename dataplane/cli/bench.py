@@ -7,6 +7,7 @@ import os
 import statistics
 import subprocess
 import sys
+from pathlib import Path
 
 from rich.table import Table
 
@@ -66,6 +67,14 @@ def register(sub) -> None:
     q.add_argument("--duration", type=positive(float), default=3.0, help="seconds per measurement")
     q.add_argument("--json", action="store_true")
     q.set_defaults(func=run_queue)
+    lb = which.add_parser("lab", help="packets a whole lab delivers per wall second: the kernel NIC "
+                                      "vs the Python hosts, side by side on the demo's workload")
+    lb.add_argument("--scale", type=positive(float), default=5e-5,
+                    help="port model scale (400G x 5e-5 = 20 Mb/s ports: the hosts set the pace)")
+    lb.add_argument("--duration", type=positive(float), help="seconds of sending (default: the experiment's)")
+    lb.add_argument("--mode", default="spray-rr", help="the load-balancing mode of both runs")
+    lb.add_argument("--json", action="store_true")
+    lb.set_defaults(func=run_lab)
     u = which.add_parser("ui", help="railab ui's updates and CPU on the 56-node dual-plane lab")
     u.add_argument("--duration", type=positive(float), default=30.0, help="seconds subscribed")
     u.add_argument("--interval", type=positive(float), default=0.5, help="seconds between updates")
@@ -332,6 +341,29 @@ def run_fabric(args) -> int:
     print(f"port model on: {result['port_model_speed_bps'] / 1e9:g} Gb/s emulated ports (400G x "
           f"{result['port_model_scale']:g}); {m['cpus']} CPUs, kernel {m['kernel']}, load average "
           f"{m['loadavg_before'][0]:.1f} before, {m['loadavg_after'][0]:.1f} after")
+    return 0
+
+
+def run_lab(args) -> int:
+    from dataplane.nic.labbench import bench_lab   # deferred: it imports scapy and bcc
+
+    if args.scale > 1:
+        raise UsageError(f"--scale {args.scale:g}: must be at most 1 (the nominal port speed)")
+    result = bench_lab(scale=args.scale, duration_s=args.duration, mode=args.mode)
+    if args.json:
+        print(json.dumps(result, indent=2))
+        return 0
+    table = Table(title=f"railab bench lab: {Path(result['experiment']).name}, {result['mode']}, "
+                        f"{result['port_mbps']:g} Mb/s ports, {result['duration_s']:g} s")
+    for col in ("receive", "send", "sent", "delivered", "loss", "sending (wall)", "delivered / wall s",
+                "run (wall)"):
+        table.add_column(col, justify="left" if col in ("receive", "send") else "right", no_wrap=True)
+    for r in result["rows"]:
+        table.add_row(r["hosts"], r["send"], f"{r['sent_packets']:,}", f"{r['delivered_packets']:,}",
+                      f"{r['loss_pct']:.2f} %", f"{r['sending_wall_s']:.2f} s", f"{r['delivered_pps']:,.0f}",
+                      f"{r['run_wall_s']:.1f} s")
+    output_console().print(table)
+    print(f"kernel / python, delivered per wall second: {_fmt_ratio(result['kernel_over_python'])}")
     return 0
 
 

@@ -169,11 +169,14 @@ def _where(error: jsonschema.ValidationError) -> str:
     return ".".join(str(p) for p in error.absolute_path) or "(top level)"
 
 
-def load(path: str | Path) -> Experiment:
+def load(path: str | Path, overrides: dict | None = None) -> Experiment:
+    """The experiment file at `path`; `overrides` replace its top-level keys (a bench
+    runs a shipped experiment at another scale, say) before it is checked."""
     source = Path(path)
     doc = yamlfile.load(source, ExperimentError, "experiment file")
     if not isinstance(doc, dict):
         raise ExperimentError(f"{source}: an experiment is a mapping with name, lab, modes and workload")
+    doc = {**doc, **(overrides or {})}
     errors = sorted(jsonschema.Draft7Validator(SCHEMA).iter_errors(doc), key=lambda e: e.path)
     if errors:
         err = errors[0]
