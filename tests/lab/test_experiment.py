@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from dataplane.lb import Fabric
+from dataplane.lab.fabric import Fabric
 from dataplane.runtime import netns as rt
 
 from .conftest import ROOT, railab, run_experiment, shipped

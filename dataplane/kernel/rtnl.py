@@ -14,7 +14,7 @@ import socket
 import struct
 from ipaddress import IPv4Address, IPv4Interface, IPv4Network
 
-from dataplane.netns_util import in_netns
+from dataplane.kernel.netns import in_netns
 
 NETLINK_ROUTE = 0
 SOL_NETLINK = 270

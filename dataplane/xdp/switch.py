@@ -2,11 +2,11 @@
 
 SwitchDataplane compiles bpf/switch.c once with bcc (sizes as -D cflags), loads
 the XDP entry function `xdp_switch`, pins it, and programs its tables. The tables are
-dataplane.tables, one module per family (ports, groups, routes, port model and PFC,
+dataplane.xdp.tables, one module per family (ports, groups, routes, port model and PFC,
 traffic matrix, flows, counters); this class is their union over one loaded object and
 keeps what every family shares: the maps, the port and switch entries' writers, the
 range checks and a switch reset (which touches every family). The plumbing under it
-(map I/O, pinning, XDP attach/detach in any namespace) is dataplane.bpfio.
+(map I/O, pinning, XDP attach/detach in any namespace) is dataplane.xdp.bpfio.
 
 Identifiers the agent chooses (all lab-wide):
 - port ifindex: every switch-port veth is created with an explicit ifindex that
@@ -22,22 +22,21 @@ import ctypes as ct
 import ipaddress
 from pathlib import Path
 
-from dataplane import bpf_abi as abi
-from dataplane import bpfcache
-from dataplane.bpfio import BpfMaps, DataplaneError
-from dataplane.tables.counters import CounterTables
-from dataplane.tables.flows import FlowTables
-from dataplane.tables.groups import GroupState, GroupTables, hash_field_names, wcmp_slots
-from dataplane.tables.portmodel import PortModelTables
-from dataplane.tables.ports import PortTables
-from dataplane.tables.routes import RouteTables
-from dataplane.tables.trafficmatrix import TrafficMatrixTables
+from dataplane.xdp import abi, bpfcache
+from dataplane.xdp.bpfio import BpfMaps, DataplaneError
+from dataplane.xdp.tables.counters import CounterTables
+from dataplane.xdp.tables.flows import FlowTables
+from dataplane.xdp.tables.groups import GroupState, GroupTables, hash_field_names, wcmp_slots
+from dataplane.xdp.tables.portmodel import PortModelTables
+from dataplane.xdp.tables.ports import PortTables
+from dataplane.xdp.tables.routes import RouteTables
+from dataplane.xdp.tables.trafficmatrix import TrafficMatrixTables
 
 # the names other modules import from here, wherever they are defined now
 __all__ = ["BPF_DIR", "SWITCH_C", "DataplaneError", "GroupState", "SwitchDataplane",
            "hash_field_names", "wcmp_slots"]
 
-BPF_DIR = Path(__file__).resolve().parent.parent / "bpf"
+BPF_DIR = Path(__file__).resolve().parents[2] / "bpf"
 SWITCH_C = BPF_DIR / "switch.c"
 PROG_NAME = "xdp_switch"
 HANDOFF_PROG_NAME = "tc_handoff"
@@ -97,7 +96,7 @@ class SwitchDataplane(PortTables, GroupTables, RouteTables, PortModelTables,
         self._object = bpfcache.load(SWITCH_C, self.cflags, {
             PROG_NAME: bpfcache.PROG_XDP,
             "xdp_pass": bpfcache.PROG_XDP,     # XDP_PASS only, for the host end of switch links
-            # tc ingress of real-queue ports (dataplane.realqueue)
+            # tc ingress of real-queue ports (dataplane.kernel.realqueue)
             HANDOFF_PROG_NAME: bpfcache.PROG_SCHED_CLS,
         })
         self.compile_seconds = self._object.seconds
@@ -107,7 +106,7 @@ class SwitchDataplane(PortTables, GroupTables, RouteTables, PortModelTables,
         self.handoff_prog_fd: int = self._object.progs[HANDOFF_PROG_NAME]
         self.maps = BpfMaps({name: self._object.maps[name] for name in abi.MAPS})
         # shadow state (the maps are the truth for the data path; this is for the API),
-        # by the table family that writes it (dataplane.tables)
+        # by the table family that writes it (dataplane.xdp.tables)
         self._ports: dict[int, abi.PortInfo] = {}          # ports
         self._slot_owner: dict[int, int] = {}              # ports
         self._switches: dict[int, abi.SwitchCfg] = {}      # ports

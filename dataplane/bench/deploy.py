@@ -19,11 +19,11 @@ import uuid
 from contextlib import contextmanager
 from pathlib import Path
 
-from dataplane.plan import get_switch, plan_rail_fabric
-from dataplane.probe import run_probe
+from dataplane.lab.probe import run_probe
 from dataplane.runtime import labspec, lifecycle, state
 from dataplane.topology import clab
 from dataplane.topology.generate import generate
+from dataplane.topology.sizing import get_switch, plan_rail_fabric
 
 ROOT = Path(__file__).resolve().parents[2]
 SHIPPED = ROOT / "labs" / "rail-optimized" / "rail-optimized.clab.yml"

@@ -13,9 +13,9 @@ import struct
 from dataclasses import dataclass
 from typing import Callable
 
-from dataplane.bpf_abi import ROCE_V2_UDP_PORT
 from dataplane.runtime.labspec import LabSpec
 from dataplane.topology.model import Endpoint
+from dataplane.xdp.abi import ROCE_V2_UDP_PORT
 
 XDP_VERDICTS = {0: "aborted", 1: "drop", 2: "pass", 3: "tx", 4: "redirect", 5: "queued"}
 FORWARDED = (4, 5)     # redirected, or handed to a real queue (XDP_PASS + handoff metadata)

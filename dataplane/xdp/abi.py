@@ -141,6 +141,22 @@ HASH_FIELDS: dict[str, int] = {
     "ingress_port": HASH_F_INGRESS_PORT,
 }
 
+
+def expand_hash_fields(fields) -> list[str]:
+    """'5tuple,bth_dqp' / ['5tuple', 'bth_dqp'] -> names of HASH_FIELDS."""
+    if isinstance(fields, str):
+        fields = [f for f in fields.split(",") if f]
+    out: list[str] = []
+    for f in fields:
+        names = ["src_ip", "dst_ip", "proto", "src_port", "dst_port"] if f == "5tuple" else [f]
+        for n in names:
+            if n not in HASH_FIELDS:
+                raise ValueError(f"unknown hash field {n!r}; known: 5tuple, {', '.join(HASH_FIELDS)}")
+            if n not in out:
+                out.append(n)
+    return out
+
+
 # ---- flags ----
 PORT_F_DOWN = 1 << 0
 PORT_F_PROXY_ARP = 1 << 1

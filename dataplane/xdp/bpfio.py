@@ -1,4 +1,4 @@
-"""Generic BPF plumbing, apart from the switch's table logic (dataplane.switch_dataplane),
+"""Generic BPF plumbing, apart from the switch's table logic (dataplane.xdp.switch),
 as katran keeps BpfAdapter apart from its load balancer: map I/O by name through libbpf,
 per-CPU reads, pinning on a bpffs, and XDP attach/detach over netlink in any namespace.
 Nothing here knows what a route or a group is."""
@@ -10,11 +10,11 @@ import os
 from pathlib import Path
 
 
-from dataplane import bpf_abi as abi
-from dataplane import rtnl
 from dataplane.errors import RuntimeStateError
-from dataplane.netns_util import in_netns
-from dataplane.progtest import obj_pin
+from dataplane.kernel import rtnl
+from dataplane.kernel.netns import in_netns
+from dataplane.xdp import abi
+from dataplane.xdp.progtest import obj_pin
 
 BPFFS_ROOT = "/sys/fs/bpf"
 BPF_F_LOCK = 4                # map update: take the value's bpf_spin_lock
@@ -36,7 +36,7 @@ _LIB = None
 def _lib():
     """bcc's map calls from libbcc_bpf (the small libbpf part of bcc), loaded on first use:
     it is only on root/test machines, and loading bcc's whole libbcc (LLVM inside) costs
-    a deploy about a second that a warm start (dataplane.bpfcache) does not need."""
+    a deploy about a second that a warm start (dataplane.xdp.bpfcache) does not need."""
     global _LIB
     if _LIB is None:
         lib = ct.CDLL("libbcc_bpf.so.0", use_errno=True)
@@ -88,7 +88,7 @@ class BpfMaps:
 
     def keys(self, name: str) -> list:
         """Every key of a hash-like map now (a list: callers may delete while going through
-        it), typed as bpf_abi.MAPS says."""
+        it), typed as abi.MAPS says."""
         key_type = abi.MAPS[name][0]
         out, key, prev = [], key_type(), None
         while _lib().bpf_get_next_key(self.fds[name], None if prev is None else ct.byref(prev),

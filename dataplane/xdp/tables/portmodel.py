@@ -8,14 +8,14 @@ from __future__ import annotations
 import ctypes as ct
 import time
 
-from dataplane import bpf_abi as abi
-from dataplane.bpfio import BPF_F_LOCK
+from dataplane.xdp import abi
+from dataplane.xdp.bpfio import BPF_F_LOCK
 
 
 class PortModelTables:
     """Emulated egress ports (speed, buffer, ECN) and PFC.
 
-    A part of SwitchDataplane (dataplane.switch_dataplane): it uses the class's maps,
+    A part of SwitchDataplane (dataplane.xdp.switch): it uses the class's maps,
     shadow state and range checks."""
 
     def set_port_model(self, ifindex: int, *, speed_bps: int, buffer_bytes: int = 32768,
@@ -30,7 +30,7 @@ class PortModelTables:
         (wall-clock time). speed_bps 0 = no model
         (unlimited, no queue). The queue is virtual: frames are not delayed -- unless
         real_queue, which hands them to tc_handoff and the port's shaper qdisc instead of
-        redirecting them (the caller sets those up first, see dataplane.realqueue)."""
+        redirecting them (the caller sets those up first, see dataplane.kernel.realqueue)."""
         port = self.port_info(ifindex)
         if speed_bps < 0 or buffer_bytes <= 0 or window_us <= 0:
             raise ValueError("speed_bps >= 0, buffer_bytes > 0, window_us > 0")

@@ -21,13 +21,13 @@ from dataclasses import dataclass
 from ipaddress import IPv4Address, IPv4Interface, IPv4Network
 from pathlib import Path
 
-from dataplane.bpfio import attach_xdp, detach_xdp
-from dataplane.lb import Fabric
-from dataplane.netns_util import in_netns
+from dataplane.bench.traffic import TRAFGEN, link_stats, stop_group, veth_pair
+from dataplane.kernel.netns import in_netns
+from dataplane.lab.fabric import Fabric
 from dataplane.runtime import labspec, lifecycle
 from dataplane.runtime.labspec import LabSpec
 from dataplane.topology.clab import read as load_topology
-from dataplane.traffic.bench import TRAFGEN, link_stats, stop_group, veth_pair
+from dataplane.xdp.bpfio import attach_xdp, detach_xdp
 
 FIRST_SPORT = 10000
 DPORT = 9     # discard: nothing listens, the receiver's stack drops it (ICMP replies rate-limited)

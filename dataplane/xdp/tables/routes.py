@@ -9,8 +9,8 @@ from __future__ import annotations
 import ctypes as ct
 import ipaddress
 
-from dataplane import bpf_abi as abi
-from dataplane.bpfio import DataplaneError
+from dataplane.xdp import abi
+from dataplane.xdp.bpfio import DataplaneError
 
 
 def ip4(ip: str) -> ipaddress.IPv4Address:
@@ -23,7 +23,7 @@ def ip4(ip: str) -> ipaddress.IPv4Address:
 class RouteTables:
     """Routes, avoid masks, the switches' own addresses.
 
-    A part of SwitchDataplane (dataplane.switch_dataplane): it uses the class's maps,
+    A part of SwitchDataplane (dataplane.xdp.switch): it uses the class's maps,
     shadow state and range checks."""
 
     def add_address(self, switch_id: int, ifindex: int, ip: str) -> None:

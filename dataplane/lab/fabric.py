@@ -1,7 +1,7 @@
 """Load balancing of a deployed lab, as a Python API (tests, notebooks); the CLI verbs
 `railab lb`, `railab tm` and `railab counters` are thin wrappers around it.
 
-    from dataplane.lb import Fabric
+    from dataplane.lab.fabric import Fabric
     fab = Fabric("mylab")
     fab.set_mode("flowlet", role="leaf", flowlet_timeout_us=200)
     fab.set_mode("ecmp", role="spine", seed=7)
@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import ipaddress
 
-from dataplane import bpf_abi as abi
 from dataplane.agent import client
 from dataplane.agent.protocol import CounterSnapshot
+from dataplane.xdp import abi
 
 MODES = tuple(abi.LB_MODES)
 
@@ -46,13 +46,13 @@ class Fabric:
 
         seed: per-switch hash seed (int), or "auto" for the per-switch default; giving two
         tiers the same seed reproduces hash polarization. hash_fields: names from
-        bpf_abi.HASH_FIELDS ("5tuple" = the five); weights: list in member order or
+        abi.HASH_FIELDS ("5tuple" = the five); weights: list in member order or
         {interface: weight}; bandwidth=True: weights from the members' link speeds.
         lbn: "auto" or {interface: value}."""
         if mode is not None:
             abi.lb_mode(mode)   # validate before asking the agent
         if hash_fields is not None:
-            hash_fields = expand_hash_fields(hash_fields)
+            hash_fields = abi.expand_hash_fields(hash_fields)
         return self._req("lb_set", mode=mode, switch=switch, role=role, seed=seed,
                          hash_fields=hash_fields, flowlet_timeout_us=flowlet_timeout_us,
                          busy_util=busy_util, busy_timeout_us=busy_timeout_us, weights=weights,
@@ -83,7 +83,7 @@ class Fabric:
         buffer, ECN threshold (-1 = never mark; with ecn_max_bytes above it and ecn_pmax,
         RED: Kmin, Kmax, Pmax), utilisation window (real-fabric us), queue 'virtual' (no
         added delay, fastest) or 'real' (frames wait in a shaper qdisc at the port's
-        speed; see dataplane.realqueue). pfc 'on' (needs the real queue): frames with
+        speed; see dataplane.kernel.realqueue). pfc 'on' (needs the real queue): frames with
         pfc_dscp are lossless (priority pfc_priority); an ingress port holding more than
         xoff_bytes pauses its neighbour with a PFC frame, xon_bytes resumes it,
         headroom_bytes absorb the frames in flight. Resets the queues."""
@@ -132,7 +132,7 @@ class Fabric:
         return self._req("tm_list", switch=switch)
 
     def trace(self, flows: list[dict]) -> list[dict]:
-        """The path the data plane picks for each flow (dataplane.pathtrace.FlowKey fields)."""
+        """The path the data plane picks for each flow (dataplane.agent.pathtrace.FlowKey fields)."""
         return self._req("trace", flows=flows)
 
     # -------------------------------------------------------------- flows and navigation
@@ -158,17 +158,3 @@ class Fabric:
         {src, dst, sport, dport, proto, bytes, start, rate_bps}; planned at once."""
         return self._req("nav_announce", flows=flows)
 
-
-def expand_hash_fields(fields) -> list[str]:
-    """'5tuple,bth_dqp' / ['5tuple', 'bth_dqp'] -> field names of bpf_abi.HASH_FIELDS."""
-    if isinstance(fields, str):
-        fields = [f for f in fields.split(",") if f]
-    out: list[str] = []
-    for f in fields:
-        names = ["src_ip", "dst_ip", "proto", "src_port", "dst_port"] if f == "5tuple" else [f]
-        for n in names:
-            if n not in abi.HASH_FIELDS:
-                raise ValueError(f"unknown hash field {n!r}; known: 5tuple, {', '.join(abi.HASH_FIELDS)}")
-            if n not in out:
-                out.append(n)
-    return out

@@ -1,7 +1,7 @@
 """Fault injection on a deployed lab, as a Python API (the experiment runner schedules
 these; `railab fault` is a thin CLI around them).
 
-    from dataplane import faults
+    from dataplane.lab import faults
     t = faults.link_down("mylab", "leaf1:up1", "spine1:down1")["t_ns"]
     faults.apply("mylab", {"fault": "switch-down", "switch": "spine2"})
     faults.degrade("mylab", "spine1:down3", "100G")
@@ -35,7 +35,7 @@ from pyroute2 import IPRoute
 
 from dataplane.agent import client
 from dataplane.errors import RuntimeStateError
-from dataplane.netns_util import in_netns
+from dataplane.kernel.netns import in_netns
 from dataplane.runtime import state
 from dataplane.units import parse_speed
 

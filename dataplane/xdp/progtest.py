@@ -9,7 +9,7 @@ XDP specifics (kernel bpf_prog_test_run_xdp):
   length (prog_test_run() fills them in).
 - ingress_ifindex must name a device in the *calling thread's* network
   namespace (the kernel looks it up there and uses its rx queue 0); wrap the
-  call in netns_util.in_netns(...) to use a device of another namespace.
+  call in dataplane.kernel.netns.in_netns(...) to use a device of another namespace.
 - XDP_REDIRECT is returned as a verdict and nothing is sent (no live-frames
   flag); XDP_TX likewise. data_out holds the frame as the program left it.
 - repeat > 1 runs the program that many times on the SAME buffer, already
@@ -133,7 +133,7 @@ def prog_test_run(prog_fd: int, data: bytes, *, ingress_ifindex: int = 0,
     """Run an XDP program once (or `repeat` times) on `data`.
 
     With ingress_ifindex, ctx->ingress_ifindex is that device (which must exist in
-    the calling thread's netns, see netns_util.in_netns).
+    the calling thread's netns, see dataplane.kernel.netns.in_netns).
     """
     data = bytes(data)
     buf_in = ct.create_string_buffer(data, len(data))

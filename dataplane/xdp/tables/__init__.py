@@ -1,5 +1,5 @@
 """The XDP switch's tables, one module per family; SwitchDataplane
-(dataplane.switch_dataplane) is their union over one loaded BPF object.
+(dataplane.xdp.switch) is their union over one loaded BPF object.
 
 ports          switches, switch ports, hosts learned from ARP
 groups         next-hop groups, load-balancing modes, flowlets
@@ -10,5 +10,5 @@ flows          per-flow accounting (flow visibility)
 counters       port, member, verdict and drop counters
 
 Each family keeps the shadow state it owns on the SwitchDataplane instance (its module
-says which) and writes maps through SwitchDataplane.maps (dataplane.bpfio.BpfMaps).
+says which) and writes maps through SwitchDataplane.maps (dataplane.xdp.bpfio.BpfMaps).
 """

@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass, field
 
 from dataplane import timescale
-from dataplane.netns_util import in_netns
+from dataplane.kernel.netns import in_netns
 
 PFC_DST_MAC = bytes.fromhex("0180c2000001")
 ETH_P_MAC_CONTROL = 0x8808

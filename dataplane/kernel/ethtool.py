@@ -13,7 +13,7 @@ import fcntl
 import socket
 import struct
 
-from dataplane.netns_util import in_netns
+from dataplane.kernel.netns import in_netns
 
 SIOCETHTOOL = 0x8946
 ETHTOOL_GTXCSUM, ETHTOOL_STXCSUM = 0x16, 0x17

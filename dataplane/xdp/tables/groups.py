@@ -9,12 +9,12 @@ import ctypes as ct
 import dataclasses
 import math
 
-from dataplane import bpf_abi as abi
-from dataplane.bpfio import DataplaneError
+from dataplane.xdp import abi
+from dataplane.xdp.bpfio import DataplaneError
 
 
 def parse_hash_fields(value) -> int:
-    """int flags, or an iterable of names from bpf_abi.HASH_FIELDS, or None (= 0, default)."""
+    """int flags, or an iterable of names from abi.HASH_FIELDS, or None (= 0, default)."""
     if value is None:
         return 0
     if isinstance(value, int):
@@ -80,7 +80,7 @@ def hash_field_names(flags: int) -> list[str]:
 class GroupTables:
     """Next-hop groups, their load balancing and flowlets.
 
-    A part of SwitchDataplane (dataplane.switch_dataplane): it uses the class's maps,
+    A part of SwitchDataplane (dataplane.xdp.switch): it uses the class's maps,
     shadow state and range checks."""
 
     def set_group(self, group_id: int, members: list[tuple[int, str]], *, mode: str | int = "ecmp",
@@ -89,7 +89,7 @@ class GroupTables:
                   weights: list[float] | None = None) -> None:
         """Next-hop group: members are (egress ifindex, next-hop MAC); the src MAC and
         counter slot come from the egress port (set_port first). mode: a name of
-        bpf_abi.LB_MODES ('ecmp' default, 'lbn', 'spray-random', 'spray-rr', 'flowlet',
+        abi.LB_MODES ('ecmp' default, 'lbn', 'spray-random', 'spray-rr', 'flowlet',
         'spraylink', 'wcmp'). hash_fields: names/flags, None = the switch's default.
         Flowlet parameters and WCMP weights as in set_group_lb()."""
         self._check_group(group_id)

@@ -34,9 +34,9 @@ from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
 from scapy.packet import Packet, Raw, bind_layers
 
-from dataplane.bpf_abi import ROCE_V2_UDP_PORT
+from dataplane.xdp.abi import ROCE_V2_UDP_PORT
 
-ROCE_PORT = ROCE_V2_UDP_PORT       # the one RoCEv2 port constant, mirrored from bpf/ by bpf_abi
+ROCE_PORT = ROCE_V2_UDP_PORT       # the one RoCEv2 port constant, mirrored from bpf/ by dataplane.xdp.abi
 PSN_MASK = 0xFFFFFF
 PSN_MOD = 1 << 24
 

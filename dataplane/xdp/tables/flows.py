@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import ctypes as ct
 
-from dataplane import bpf_abi as abi
+from dataplane.xdp import abi
 
 
 class FlowTables:
     """Per-flow accounting in flow_seen.
 
-    A part of SwitchDataplane (dataplane.switch_dataplane): it uses the class's maps,
+    A part of SwitchDataplane (dataplane.xdp.switch): it uses the class's maps,
     shadow state and range checks."""
 
     def set_flow_visibility(self, on: bool, sample_shift: int = 0) -> None:

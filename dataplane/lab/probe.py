@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass, field
 from ipaddress import IPv4Interface
 
-from dataplane.netns_util import in_netns
+from dataplane.kernel.netns import in_netns
 from dataplane.runtime.labspec import LabSpec, segment_of
 
 PROBE_PORT = 47_999

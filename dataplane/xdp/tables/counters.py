@@ -7,14 +7,14 @@ import ctypes as ct
 import time
 from array import array
 
-from dataplane import bpf_abi as abi
-from dataplane.bpfio import DataplaneError
+from dataplane.xdp import abi
+from dataplane.xdp.bpfio import DataplaneError
 
 
 class CounterTables:
     """Port, member, verdict and drop counters.
 
-    A part of SwitchDataplane (dataplane.switch_dataplane): it uses the class's maps,
+    A part of SwitchDataplane (dataplane.xdp.switch): it uses the class's maps,
     shadow state and range checks."""
 
     _PORT_STATS_WORDS = ct.sizeof(abi.PortStats) // 8

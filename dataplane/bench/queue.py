@@ -6,7 +6,7 @@ from __future__ import annotations
 import uuid
 from pathlib import Path
 
-from dataplane.lb import Fabric
+from dataplane.lab.fabric import Fabric
 from dataplane.runtime import labspec, lifecycle
 from dataplane.topology.clab import read
 from dataplane.traffic import iperf

@@ -25,7 +25,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from dataplane.progtest import bpf
+from dataplane.xdp.progtest import bpf
 
 FORMAT = 1
 DEFAULT_DIR = "/var/cache/railab/bpf"

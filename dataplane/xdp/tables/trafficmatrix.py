@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import ctypes as ct
 
-from dataplane import bpf_abi as abi
-from dataplane.bpfio import DataplaneError
-from dataplane.tables.routes import ip4
+from dataplane.xdp import abi
+from dataplane.xdp.bpfio import DataplaneError
+from dataplane.xdp.tables.routes import ip4
 
 IPPROTO = {"udp": 17, "tcp": 6, "icmp": 1}
 
@@ -17,7 +17,7 @@ IPPROTO = {"udp": 17, "tcp": 6, "icmp": 1}
 class TrafficMatrixTables:
     """Static and dynamic traffic-matrix entries.
 
-    A part of SwitchDataplane (dataplane.switch_dataplane): it uses the class's maps,
+    A part of SwitchDataplane (dataplane.xdp.switch): it uses the class's maps,
     shadow state and range checks."""
 
     @staticmethod

@@ -32,15 +32,15 @@ from dataclasses import dataclass
 from pyroute2 import IPRoute
 from pyroute2.netlink.exceptions import NetlinkError
 
-from dataplane.netns_util import in_netns
+from dataplane.kernel.netns import in_netns
 
 TC_INGRESS = "ffff:fff2"
 TC_H_ROOT = 0xFFFFFFFF
 SHAPER_HANDLE = 0x10000                # "1:"
 PORT_CLASS = 0x10001                   # HTB "1:1", the port's speed (PFC on)
-LOSSLESS_CLASS = 0x10010               # "1:10" = bpf_abi.PFC_TC_LOSSLESS
-OTHER_CLASS = 0x10020                  # "1:20" = bpf_abi.PFC_TC_OTHER, HTB's default
-CNP_CLASS = 0x10030                    # "1:30" = bpf_abi.PFC_TC_CNP, CNPs
+LOSSLESS_CLASS = 0x10010               # "1:10" = abi.PFC_TC_LOSSLESS
+OTHER_CLASS = 0x10020                  # "1:20" = abi.PFC_TC_OTHER, HTB's default
+CNP_CLASS = 0x10030                    # "1:30" = abi.PFC_TC_CNP, CNPs
 LOSSLESS_TBF = 0x100000                # "10:", the lossless class's tbf (held for pauses)
 TBF_MAX_BUCKET_NS = 2**32 - 1          # the kernel keeps a tbf bucket as at most this many ns
 MAX_SHAPER_BPS = (2**32 - 1) * 8       # tbf's 32-bit bytes/s rate (pyroute2 sends no rate64)

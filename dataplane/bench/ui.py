@@ -20,10 +20,10 @@ from pathlib import Path
 
 from aiohttp import ClientSession
 
+from dataplane.bench.traffic import stop_group
 from dataplane.errors import RuntimeStateError
 from dataplane.runtime import labspec, lifecycle, state
 from dataplane.topology.generate import generate
-from dataplane.traffic.bench import stop_group
 
 TICK = os.sysconf("SC_CLK_TCK")
 

@@ -8,15 +8,15 @@ from __future__ import annotations
 
 import ctypes as ct
 
-from dataplane import bpf_abi as abi
-from dataplane.bpfio import DataplaneError
-from dataplane.tables.groups import hash_field_names, parse_hash_fields
+from dataplane.xdp import abi
+from dataplane.xdp.bpfio import DataplaneError
+from dataplane.xdp.tables.groups import hash_field_names, parse_hash_fields
 
 
 class PortTables:
     """Switch and port entries, learned hosts.
 
-    A part of SwitchDataplane (dataplane.switch_dataplane): it uses the class's maps,
+    A part of SwitchDataplane (dataplane.xdp.switch): it uses the class's maps,
     shadow state and range checks."""
 
     def set_switch(self, switch_id: int, *, hash_seed: int, hash_fields=None) -> None:
