@@ -10,7 +10,7 @@
  * queue's drop decision): the controller plans by demand, not by what a full port let
  * through.
  *
- * Mirrored in dataplane/bpf_abi.py (FlowSeenKey, FlowSeen, FlowCfg); tests/bpf/test_abi.py
+ * Mirrored in dataplane/xdp/abi.py (FlowSeenKey, FlowSeen, FlowCfg); tests/bpf/test_abi.py
  * checks the layouts and the #defines below.
  */
 #ifndef RAILAB_FLOWS_H

@@ -1,7 +1,7 @@
 /* railab data plane: compile-time sizes and shared constants.
  *
- * Sizes are overridable with -D cflags (dataplane/switch_dataplane.py passes them);
- * every value here is mirrored in dataplane/bpf_abi.py and checked by
+ * Sizes are overridable with -D cflags (dataplane/xdp/switch.py passes them);
+ * every value here is mirrored in dataplane/xdp/abi.py and checked by
  * tests/bpf/test_abi.py -- keep the two in sync.
  */
 #ifndef RAILAB_CONSTS_H
@@ -146,7 +146,7 @@
 #define PFC_TC_LOSSLESS   0x10010U
 #define PFC_TC_OTHER      0x10020U
 #define PFC_TC_CNP        0x10030U    /* CNPs: a class of their own, first to send */
-#define PFC_CNP_DSCP      48          /* DSCP of CNPs (CS6, priority 6; dataplane.pfc) */
+#define PFC_CNP_DSCP      48          /* DSCP of CNPs (CS6, priority 6; dataplane.wire.pfc) */
 
 /* struct handoff.magic: "rail", tells railab's metadata from anything else in front */
 #define HANDOFF_MAGIC     0x7261696cU

@@ -1,6 +1,6 @@
 /* railab data plane: structs shared between BPF maps and the Python agent.
  *
- * Mirrored field by field (ctypes) in dataplane/bpf_abi.py; tests/bpf/test_abi.py
+ * Mirrored field by field (ctypes) in dataplane/xdp/abi.py; tests/bpf/test_abi.py
  * compares sizes and offsets with the types bcc generates. Keep them in sync.
  * Byte order: fields named *_be and IPv4 addresses are network order; everything
  * else is host order.

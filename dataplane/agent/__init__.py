@@ -5,5 +5,5 @@
 - server: the Unix-socket server, one handler per request type, and main().
 - programmer: spec -> map entries; owns the routing state (RoutingState).
 - monitor: fault reactions (fast failover, FGLB notices, ARN, host learning).
-The BPF side is dataplane.switch_dataplane (map I/O and tables) and dataplane.bpf_abi.
+The BPF side is dataplane.xdp.switch (map I/O and tables) and dataplane.xdp.abi.
 """

@@ -1,4 +1,4 @@
-"""The one client of a lab's agent: every caller (dataplane.lb, dataplane.faults, the CLI
+"""The one client of a lab's agent: every caller (dataplane.lab.fabric, dataplane.lab.faults, the CLI
 verbs, the experiment runner) asks through `request`, which checks the request against
 dataplane.agent.protocol before it is sent; `counters` reads the reply as a
 CounterSnapshot."""

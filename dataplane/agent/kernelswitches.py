@@ -14,9 +14,9 @@ import time
 from pyroute2 import IPRoute
 
 from dataplane.agent import protocol as proto
-from dataplane.lb import expand_hash_fields
-from dataplane.netns_util import in_netns
+from dataplane.kernel.netns import in_netns
 from dataplane.runtime.labspec import LabSpec
+from dataplane.xdp.abi import expand_hash_fields
 
 WHY = "kernel forwarding only hashes flows over equal-cost routes"
 NEEDS_XDP = "the lab forwards with the kernel (--dataplane kernel); {what} needs the XDP dataplane"

@@ -72,7 +72,7 @@ import threading
 import time
 
 from dataplane.agent.flows import EXACT_SAMPLE_SHIFT, FLOW_SAMPLE_SHIFT, FlowTable
-from dataplane.netns_util import in_netns
+from dataplane.kernel.netns import in_netns
 from dataplane.settings import merged
 
 log = logging.getLogger("railab.arn")

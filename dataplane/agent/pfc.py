@@ -21,9 +21,9 @@ import threading
 import time
 from dataclasses import dataclass
 
-from dataplane import pfc
-from dataplane.netns_util import in_netns
-from dataplane.realqueue import NamespaceQueues
+from dataplane.kernel.netns import in_netns
+from dataplane.kernel.realqueue import NamespaceQueues
+from dataplane.wire import pfc
 
 log = logging.getLogger(__name__)
 POLL_S = 0.0005                 # wall-clock seconds between reads of the accounts

@@ -13,8 +13,8 @@ from pathlib import Path
 
 from dataplane.agent.server import dataplane_sizes
 from dataplane.runtime import labspec
-from dataplane.switch_dataplane import SwitchDataplane
 from dataplane.topology import clab
+from dataplane.xdp.switch import SwitchDataplane
 
 SHIPPED = sorted((Path(__file__).resolve().parents[2] / "labs").glob("*/*.clab.yml"))
 

@@ -11,16 +11,18 @@ import time
 import zlib
 from dataclasses import dataclass, field
 
-from dataplane import bpf_abi as abi
-from dataplane import controller, pfc, timescale
+from dataplane import timescale
 from dataplane.agent import protocol as proto
 from dataplane.agent.flows import FLOW_SAMPLE_SHIFT
-from dataplane.netns_util import in_netns
-from dataplane.pathtrace import FlowKey, trace
-from dataplane.progtest import prog_test_run
+from dataplane.agent.pathtrace import FlowKey, trace
+from dataplane.kernel.netns import in_netns
 from dataplane.runtime.labspec import XDP_ATTACH_MODE, LabSpec
 from dataplane.settings import merged
-from dataplane.switch_dataplane import GroupState
+from dataplane.topology import routing
+from dataplane.wire import pfc
+from dataplane.xdp import abi
+from dataplane.xdp.progtest import prog_test_run
+from dataplane.xdp.switch import GroupState
 
 
 # Emulated port model, lab-wide defaults: nominal (topology) speed x scale. Buffer and
@@ -31,12 +33,12 @@ from dataplane.switch_dataplane import GroupState
 # window cannot shrink below ~2 segments per (microsecond) RTT, cannot adapt to a port
 # slower than what it offers, and paths differ in load but not in delay. The default
 # scale (400G -> 10 Gb/s) is above what one machine's TCP reaches. queue "real": frames
-# also wait in a shaper qdisc at the port's speed (dataplane.realqueue), so queueing
+# also wait in a shaper qdisc at the port's speed (dataplane.kernel.realqueue), so queueing
 # delay, reordering across paths and TCP at slow ports are real (the skb path costs
 # a few microseconds per hop, so it is for experiments, not for speed).
 # ECN is RED-style (DCQCN's): ecn_bytes is Kmin, ecn_max_bytes Kmax (-1 or <= Kmin: one
 # threshold, every ECT frame above Kmin marked), ecn_pmax the marking probability at Kmax.
-# PFC (dataplane.pfc, bpf/pfc.h): frames with pfc_dscp are the lossless priority
+# PFC (dataplane.wire.pfc, bpf/pfc.h): frames with pfc_dscp are the lossless priority
 # pfc_priority; above xoff_bytes buffered from one ingress port the switch pauses that
 # port's neighbour, at or below xon_bytes it resumes it; headroom_bytes above XOFF absorb
 # what arrives before the pause takes effect. Pauses last pfc_quanta x 512 bit times at
@@ -290,7 +292,7 @@ class SwitchProgrammer:
                                                      for i in node.interfaces):
             # deferred on purpose: realqueue imports pyroute2 (0.5 s, several on a busy
             # machine), which the agent's start would otherwise wait for on every deploy
-            from dataplane.realqueue import NamespaceQueues
+            from dataplane.kernel.realqueue import NamespaceQueues
             return NamespaceQueues(node.netns)
         return contextlib.nullcontext()
 
@@ -361,7 +363,7 @@ class SwitchProgrammer:
             nodes = {n.name: (n, {i.name: i for i in n.interfaces}) for n in self.spec.switches}
             graph = {n.name: [(i.peer_node, i.name) for i in n.interfaces if i.peer_node in nodes]
                      for n in self.spec.switches}
-            cached = self._towards[leaf] = (nodes, controller.nexthops_towards(graph, [leaf]))
+            cached = self._towards[leaf] = (nodes, routing.nexthops_towards(graph, [leaf]))
         return cached
 
     def install_host_route(self, leaf, iface, ip: str) -> list[str]:
@@ -583,7 +585,7 @@ class SwitchProgrammer:
             attach_ports(node.netns, [i.ifindex for i in node.interfaces], self.dp.prog_fd, mode=mode)
 
     def trace(self, flow: dict) -> dict:
-        """The path the data plane picks for one flow (see dataplane.pathtrace)."""
+        """The path the data plane picks for one flow (see dataplane.agent.pathtrace)."""
         return trace(self.spec, FlowKey(**flow),
                      lambda netns, frame, ifindex: _run_frame(self.dp.prog_fd, netns, frame, ifindex))
 

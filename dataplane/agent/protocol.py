@@ -38,7 +38,7 @@ class Counters(Request):
 @dataclass
 class Trace(Request):
     op: ClassVar[str] = "trace"
-    flows: list = field(default_factory=list)      # dataplane.pathtrace.FlowKey fields
+    flows: list = field(default_factory=list)      # dataplane.agent.pathtrace.FlowKey fields
 
 
 @dataclass

@@ -24,17 +24,17 @@ import time
 import traceback
 from typing import Callable
 
-from dataplane import bpf_abi as abi
+from dataplane import timescale
 from dataplane.agent import protocol as proto
 from dataplane.agent.flows import heaviest
 from dataplane.agent.kernelswitches import KernelSwitches
 from dataplane.agent.monitor import FabricMonitor
 from dataplane.agent.nav import Navigator
 from dataplane.agent.programmer import SwitchProgrammer
-from dataplane import timescale
 from dataplane.runtime import state
-from dataplane.bpfio import attach_xdp_ports
-from dataplane.switch_dataplane import SwitchDataplane
+from dataplane.xdp import abi
+from dataplane.xdp.bpfio import attach_xdp_ports
+from dataplane.xdp.switch import SwitchDataplane
 
 
 FLOWS_WINDOW_US = 10.0          # real-fabric time (2 s of wall time at scale 5e-6)

@@ -11,18 +11,19 @@ from pathlib import Path
 
 from rich.table import Table
 
-from dataplane import progtest
 from dataplane.agent.flows import FLOW_SAMPLE_SHIFT
-from dataplane.bpf_abi import ROCE_V2_UDP_PORT as ROCE_PORT
+from dataplane.bench import deploy
+from dataplane.bench.queue import bench_queue
 from dataplane.cli.common import output_console, positive
 from dataplane.errors import UsageError
-from dataplane.netns_util import in_netns
-from dataplane.runtime import deploybench, lifecycle
+from dataplane.kernel.netns import in_netns
+from dataplane.runtime import lifecycle
 from dataplane.runtime.labspec import RUNTIMES
-from dataplane.switch_dataplane import SwitchDataplane
-from dataplane.traffic.queuebench import bench_queue
+from dataplane.xdp import progtest
+from dataplane.xdp.abi import ROCE_V2_UDP_PORT as ROCE_PORT
+from dataplane.xdp.switch import SwitchDataplane
 
-# The traffic, fabric and ui benches (dataplane.traffic.*, dataplane.ui.bench) build
+# The traffic, fabric and ui benches (dataplane.traffic.*, dataplane.bench.ui) build
 # frames with scapy, and `bench dataplane` compiles with bcc: both are imported inside the
 # verb that needs them, on purpose, so that every other railab command starts without them.
 
@@ -89,12 +90,12 @@ def run_deploy(args) -> int:
         if args.runtime != "netns":
             raise UsageError("--scale measures the netns runtime only (a 1,024-GPU lab is 152 "
                              "containers and 4,096 links under containerlab)")
-        rows = deploybench.scale(probe_sample=args.sample)
+        rows = deploy.scale(probe_sample=args.sample)
     else:
         runtimes = ["netns"] + (["containerlab"] if args.runtime == "containerlab" else [])
-        rows = deploybench.standard(runtimes, args.repeat)
+        rows = deploy.standard(runtimes, args.repeat)
     machine = {"cpus": os.cpu_count(), "kernel": os.uname().release,
-               "mem_total_mib": round(deploybench._meminfo_kib("MemTotal") / 1024)}
+               "mem_total_mib": round(deploy._meminfo_kib("MemTotal") / 1024)}
     if args.json:
         print(json.dumps({"bench": "deploy-scale" if args.scale else "deploy", "machine": machine,
                           "rows": rows}, indent=2))
@@ -270,7 +271,7 @@ def _measure(args, measure):
 
 
 def run_traffic(args) -> int:
-    from dataplane.traffic.bench import bench_traffic   # deferred: it imports scapy
+    from dataplane.bench.traffic import bench_traffic   # deferred: it imports scapy
 
     result = _measure(args, bench_traffic)
     if result is None:
@@ -304,7 +305,7 @@ def run_queue(args) -> int:
 
 
 def run_fabric(args) -> int:
-    from dataplane.traffic.fabricbench import bench_fabric   # deferred: it imports scapy and bcc
+    from dataplane.bench.fabric import bench_fabric   # deferred: it imports scapy and bcc
 
     lifecycle.require_root()
     if args.scale > 1:
@@ -345,7 +346,7 @@ def run_fabric(args) -> int:
 
 
 def run_lab(args) -> int:
-    from dataplane.nic.labbench import bench_lab   # deferred: it imports scapy and bcc
+    from dataplane.bench.lab import bench_lab   # deferred: it imports scapy and bcc
 
     if args.scale > 1:
         raise UsageError(f"--scale {args.scale:g}: must be at most 1 (the nominal port speed)")
@@ -376,7 +377,7 @@ def _fmt_kilo(value) -> str:
 
 
 def run_ui(args) -> int:
-    from dataplane.ui.bench import bench_ui   # deferred: it imports aiohttp
+    from dataplane.bench.ui import bench_ui   # deferred: it imports aiohttp
 
     lifecycle.require_root()
     result = bench_ui(duration_s=args.duration, interval_s=args.interval, lab=args.lab)

@@ -10,7 +10,7 @@ from rich.table import Table
 from dataplane.agent import client
 from dataplane.agent.protocol import CounterSnapshot
 from dataplane.cli.common import load_lab, output_console, single_lab
-from dataplane.lb import Fabric
+from dataplane.lab.fabric import Fabric
 from dataplane.units import fmt_speed
 
 

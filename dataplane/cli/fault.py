@@ -1,4 +1,4 @@
-"""`railab fault LAB ACTION ...`: fault injection on a running lab (dataplane/faults.py).
+"""`railab fault LAB ACTION ...`: fault injection on a running lab (dataplane/lab/faults.py).
 
     railab fault LAB link-down A:IF [B:IF]      railab fault LAB link-up A:IF [B:IF]
     railab fault LAB switch-down NAME           railab fault LAB switch-up NAME
@@ -13,8 +13,8 @@ from __future__ import annotations
 import json
 import sys
 
-from dataplane import faults
 from dataplane.cli.common import load_lab
+from dataplane.lab import faults
 
 
 def register(sub) -> None:

@@ -1,17 +1,16 @@
 """`railab lb set|show LAB ...`: load-balancing mode of a running lab's switches,
-changed live through the lab's agent (see dataplane/lb.py)."""
+changed live through the lab's agent (see dataplane/lab/fabric.py)."""
 from __future__ import annotations
 
 import json
 
 from rich.table import Table
 
-from dataplane import bpf_abi as abi
-from dataplane.cli.common import single_lab
+from dataplane.cli.common import single_lab, output_console
 from dataplane.errors import UsageError
-from dataplane.lb import Fabric, expand_hash_fields
+from dataplane.lab.fabric import Fabric
 from dataplane.units import fmt_speed
-from dataplane.cli.common import output_console
+from dataplane.xdp import abi
 
 
 def register(sub) -> None:
@@ -108,7 +107,7 @@ def run_set(args) -> int:
         raise UsageError(f"--weights applies to --mode wcmp, not {args.mode}")
     if args.hash_fields is not None:
         try:
-            expand_hash_fields(args.hash_fields)
+            abi.expand_hash_fields(args.hash_fields)
         except ValueError as err:
             raise UsageError(f"--hash-fields: {err}") from None
     result = Fabric(lab).set_mode(args.mode, switch=args.switch, role=args.role, seed=seed,

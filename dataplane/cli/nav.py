@@ -8,7 +8,7 @@ import json
 from rich.table import Table
 
 from dataplane.cli.common import load_lab, output_console, single_lab
-from dataplane.lb import Fabric
+from dataplane.lab.fabric import Fabric
 from dataplane.units import fmt_speed
 
 

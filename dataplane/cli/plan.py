@@ -15,14 +15,13 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from dataplane import plan as sizing
+from dataplane.cli.common import output_console
 from dataplane.cli.topo import describe_nodes
 from dataplane.errors import PlanError
-from dataplane.plan import FatTreePlan, RailPlan, format_speed
-from dataplane.topology import clab
+from dataplane.topology import sizing, clab
 from dataplane.topology.generate import command_line, generate
 from dataplane.topology.model import Role, Topology
-from dataplane.cli.common import output_console
+from dataplane.topology.sizing import FatTreePlan, RailPlan, format_speed
 
 RAIL_DESIGNS = {
     "dual-plane": ("dual-plane rail-optimized: each NIC split over two identical planes", 2),

@@ -6,7 +6,7 @@ import time
 
 from dataplane.agent import client
 from dataplane.cli.common import load_lab, positive, single_lab
-from dataplane.probe import run_probe, send_once
+from dataplane.lab.probe import run_probe, send_once
 
 
 def register(sub) -> None:

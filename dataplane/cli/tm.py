@@ -6,7 +6,7 @@ import json
 
 from dataplane.cli.common import single_lab
 from dataplane.errors import UsageError
-from dataplane.lb import Fabric
+from dataplane.lab.fabric import Fabric
 
 
 def register(sub) -> None:

@@ -17,14 +17,15 @@ import time
 from dataclasses import dataclass
 from ipaddress import IPv4Address, IPv4Interface, IPv4Network
 
-from dataplane import faults, timescale
+from dataplane import timescale
+from dataplane.lab import faults
 from dataplane.agent import client
 from dataplane.agent.protocol import CounterSnapshot
 from dataplane.experiment.spec import NAV_MODES, Experiment, ModeSpec
 from dataplane.experiment import timeline
-from dataplane.lb import Fabric
+from dataplane.agent.pathtrace import FlowKey, path_links, touches
+from dataplane.lab.fabric import Fabric
 from dataplane.nic.hosts import KernelReceivers, receive_side
-from dataplane.pathtrace import FlowKey, path_links, touches
 from dataplane.report import metrics
 from dataplane.runtime.labspec import LabSpec
 from dataplane.topology.model import TIER

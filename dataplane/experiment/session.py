@@ -16,7 +16,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from dataplane.experiment import runner
 from dataplane.experiment.spec import Experiment, ExperimentError, ModeSpec
-from dataplane.lb import Fabric
+from dataplane.lab.fabric import Fabric
 from dataplane.report import metrics, table
 from dataplane.runtime import labspec, lifecycle, state
 from dataplane.topology import clab

@@ -21,13 +21,13 @@ from pathlib import Path
 
 import jsonschema
 
-from dataplane import bpf_abi as abi
 from dataplane import timescale, yamlfile
 from dataplane.errors import RailabError
 from dataplane.runtime import labspec
 from dataplane.topology import clab
 from dataplane.traffic import workload as wl
 from dataplane.units import parse_speed
+from dataplane.xdp import abi
 
 # path navigation: the groups' mode (ecmp unless `base:` says) plus the lab's controller,
 # which places the heavy flows it sees (nav) or the flows the senders announce (nav-host)

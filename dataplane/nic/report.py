@@ -22,7 +22,7 @@ from __future__ import annotations
 from typing import Iterable, Mapping
 
 from dataplane.nic.responder import MsgEvent, log_slot_low
-from dataplane.traffic.roce import PSN_MASK
+from dataplane.wire.roce import PSN_MASK
 
 TIMING_NOTE = "kernel NIC: no per-packet send times kept (loss windows need the Python hosts)"
 

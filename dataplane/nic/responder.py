@@ -1,6 +1,6 @@
 """The receive side of the emulated RoCE NIC: bpf/nic/responder.c on a host's port.
 
-NicResponder compiles (or loads from dataplane.bpfcache) the responder object, fills
+NicResponder compiles (or loads from dataplane.xdp.bpfcache) the responder object, fills
 its ICRC table, configures it, attaches it to interfaces in any namespace and reads
 its per-QP statistics as plain dicts. Nothing is pinned; the object lives as long as
 this process holds it, and close() (or leaving the `with` block, also on an error)
@@ -18,10 +18,11 @@ import socket
 import zlib
 from pathlib import Path
 
-from dataplane import bpfcache, bpfio, timescale
-from dataplane.bpfio import BpfMaps, DataplaneError
-from dataplane.netns_util import in_netns
+from dataplane import timescale
+from dataplane.kernel.netns import in_netns
 from dataplane.nic.ringbuf import RingBuffer
+from dataplane.xdp import bpfcache, bpfio
+from dataplane.xdp.bpfio import BpfMaps, DataplaneError
 from dataplane.runtime.labspec import XDP_ATTACH_MODE
 
 NIC_DIR = Path(__file__).resolve().parent.parent.parent / "bpf" / "nic"

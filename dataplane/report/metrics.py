@@ -89,7 +89,7 @@ from collections import defaultdict
 import numpy as np
 
 from dataplane.topology.model import Endpoint
-from dataplane.traffic import roce
+from dataplane.wire import roce
 
 IDLE_FRACTION = 0.01
 PROTOCOL_FRAME_BYTES = 80      # an ACK (62 B) or a CNP (74 B) is no bigger

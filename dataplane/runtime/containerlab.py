@@ -26,7 +26,7 @@ import yaml
 from pyroute2 import IPRoute
 
 from dataplane.errors import RuntimeStateError
-from dataplane.netns_util import in_netns
+from dataplane.kernel.netns import in_netns
 from dataplane.runtime import state
 from dataplane.runtime.labspec import CLAB_NETNS_PREFIX, LabSpec
 

@@ -14,8 +14,8 @@ import zlib
 from dataclasses import asdict, dataclass, field
 from ipaddress import IPv4Network
 
-from dataplane import controller
 from dataplane.errors import TopologyError
+from dataplane.topology import routing
 from dataplane.topology.addressing import plan_addresses
 from dataplane.topology.model import Endpoint, Topology
 
@@ -235,7 +235,7 @@ def _check_ifname(node: str, name: str) -> None:
 
 def build(topo: Topology, source: str = "", runtime: str = "netns", dataplane: str = "xdp") -> LabSpec:
     addresses = plan_addresses(topo)
-    control = controller.compute(topo, addresses)
+    control = routing.compute(topo, addresses)
 
     ifindex_of: dict[tuple[str, str], int] = {}
     next_index = FIRST_IFINDEX

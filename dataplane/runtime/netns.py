@@ -9,8 +9,8 @@ import subprocess
 from contextlib import ExitStack
 from ipaddress import IPv4Interface, IPv4Network
 
-from dataplane import ethtool, rtnl
-from dataplane.netns_util import in_netns
+from dataplane.kernel import ethtool, rtnl
+from dataplane.kernel.netns import in_netns
 from dataplane.runtime.labspec import LabSpec, NodeSpec
 
 NAME = "netns"

@@ -17,8 +17,8 @@ import sys
 import threading
 from dataclasses import asdict
 
-from dataplane import pfc
-from dataplane.netns_util import in_netns
+from dataplane.wire import pfc
+from dataplane.kernel.netns import in_netns
 from dataplane.traffic import receiver as rx
 from dataplane.traffic import reliable
 from dataplane.traffic import sender as tx

@@ -64,9 +64,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
-from dataplane.traffic import roce
 from dataplane.traffic import transport as transport_mod
-from dataplane.traffic.roce import PSN_MASK, PSN_MOD, RocePacket
+from dataplane.wire import roce
+from dataplane.wire.roce import PSN_MASK, PSN_MOD, RocePacket
 
 ETH_P_ALL = 0x0003
 RX_BIN_NS = 1_000_000      # Receiver.rx_bins: delivered bytes per millisecond of receive time

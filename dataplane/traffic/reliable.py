@@ -32,10 +32,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-from dataplane.traffic import roce
 from dataplane.traffic import transport as tp
 from dataplane.traffic.receiver import PACKET_OUTGOING
 from dataplane.traffic.sender import PAUSE_RECHECK_NS, PreparedFlows, _send_retry
+from dataplane.wire import roce
 
 SO_ATTACH_FILTER = 26
 # Classic BPF: IPv4 / UDP dport 4791 / BTH opcode ACKNOWLEDGE (0x11) or CNP (0x81),
@@ -105,7 +105,7 @@ def run(tx: dict[str, socket.socket], rx: list[socket.socket], queued: list[tupl
     """Send every QP's messages (packets_of()) reliably; return per-flow packets and
     transport stats. Stops when every QP is acknowledged, or `limit_s` after
     `duration_s` (what is left then is reported incomplete). pause: per port, the PFC
-    gate (module doc); listeners: the pause listeners behind the gates (dataplane.pfc
+    gate (module doc); listeners: the pause listeners behind the gates (dataplane.wire.pfc
     .PauseListener), read every round so that a pause frame ends a wait;
     burst_packets: pacing credit after a scheduling delay (1 under PFC: a NIC cannot
     make up for a pause above its line rate); start_ns: the common start of all hosts

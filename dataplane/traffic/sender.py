@@ -37,9 +37,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Callable, Iterator, Sequence
 
-from dataplane.netns_util import in_netns
-from dataplane.traffic import roce
-from dataplane.traffic.roce import FrameTemplate, Opcode
+from dataplane.kernel.netns import in_netns
+from dataplane.wire import roce
+from dataplane.wire.roce import FrameTemplate, Opcode
 
 ETH_P_ALL = 0x0003
 SOL_PACKET = 263
@@ -49,7 +49,7 @@ PAUSE_RECHECK_NS = 200_000       # a paused flow looks for an XON this often (wa
 _libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
 
 
-# The calling thread enters a namespace with dataplane.netns_util.in_netns.
+# The calling thread enters a namespace with dataplane.kernel.netns.in_netns.
 netns = in_netns
 
 

@@ -39,7 +39,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 
 from dataplane import timescale
-from dataplane.traffic.roce import PSN_MASK, PSN_MOD
+from dataplane.wire.roce import PSN_MASK, PSN_MOD
 
 TRANSPORTS = ("open-loop", "go-back-n", "selective-repeat")
 

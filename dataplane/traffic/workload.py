@@ -55,8 +55,8 @@ import jsonschema
 
 from dataplane import units, yamlfile
 from dataplane.errors import RailabError
-from dataplane.traffic import roce
 from dataplane.traffic.transport import TRANSPORTS, DcqcnParams, TransportConfig
+from dataplane.wire import roce
 
 CLASSES = ("elephant", "mice", "protocol")
 DEFAULT_MIX = {"elephant": 0.7, "mice": 0.2, "protocol": 0.1}

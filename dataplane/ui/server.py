@@ -1,5 +1,5 @@
 """The aiohttp application of `railab ui`: pages, JSON endpoints, one WebSocket feed per
-lab. Every write is the call the CLI makes (dataplane.lb.Fabric, dataplane.faults, `railab
+lab. Every write is the call the CLI makes (dataplane.lab.fabric.Fabric, dataplane.lab.faults, `railab
 run`); the server's only memory is the last port_load reply of each watched lab, which
 the next poll rebuilds. The feed asks the agent only for what the page draws (port_load:
 per port a few totals and states, per switch its modes), not the full counters reply.
@@ -21,15 +21,14 @@ from pathlib import Path
 
 from aiohttp import WSMsgType, web
 
-from dataplane import faults
 from dataplane.agent import client
-from dataplane.cli import top
 from dataplane.agent.protocol import LOAD_FIELDS
+from dataplane.cli import top
 from dataplane.errors import RailabError, RuntimeStateError
-from dataplane.lb import MODES, Fabric
+from dataplane.lab import faults
+from dataplane.lab.fabric import MODES, Fabric
 from dataplane.runtime import state
-from dataplane.ui import layout as layout_mod
-from dataplane.ui import live, runs, validate
+from dataplane.ui import layout as layout_mod, live, runs, validate
 from dataplane.ui.validate import BadRequest
 
 STATIC = Path(__file__).parent / "static"

@@ -3,7 +3,7 @@ into the exact call the CLI makes or refused with one line saying what is wrong,
 anything is changed."""
 from __future__ import annotations
 
-from dataplane.lb import MODES
+from dataplane.lab.fabric import MODES
 from dataplane.runtime.labspec import LabSpec
 
 LINK_FAULTS = ("link-down", "link-up")
@@ -38,7 +38,7 @@ def _string(body: dict, key: str, what: str) -> str:
 
 def lb_request(body, spec: LabSpec) -> dict:
     """{"mode": M, "role": R} or {"mode": M, "switch": S} -> keyword arguments of
-    dataplane.lb.Fabric.set_mode (as `railab lb set --mode M --role R|--switch S`)."""
+    dataplane.lab.fabric.Fabric.set_mode (as `railab lb set --mode M --role R|--switch S`)."""
     body = _object(body, {"mode", "role", "switch"}, "lb")
     mode = _string(body, "mode", "lb")
     if mode not in MODES:
@@ -65,7 +65,7 @@ def _port(spec: LabSpec, ref: str, what: str) -> None:
 
 
 def fault_request(body, spec: LabSpec) -> dict:
-    """{"fault": F, ...} -> the event dataplane.faults.apply takes (as `railab fault LAB F ...`)."""
+    """{"fault": F, ...} -> the event dataplane.lab.faults.apply takes (as `railab fault LAB F ...`)."""
     body = _object(body, {"fault", "a", "b", "switch", "plane"}, "fault")
     kind = _string(body, "fault", "fault")
     if kind not in UI_FAULTS:

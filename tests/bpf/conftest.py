@@ -21,8 +21,8 @@ import sys
 
 import pytest
 
-from dataplane import progtest
-from dataplane.netns_util import in_netns
+from dataplane.kernel.netns import in_netns
+from dataplane.xdp import progtest
 
 PREFIX = f"rlt{os.getpid()}"
 PIN_ROOT = f"/sys/fs/bpf/{PREFIX}"
@@ -180,7 +180,7 @@ module_netns = pytest.fixture(_netns_factory, scope="module", name="module_netns
 @pytest.fixture(scope="session")
 def dp():
     """The one compiled data plane of the test session (compile once, ~1.5 s)."""
-    from dataplane.switch_dataplane import SwitchDataplane
+    from dataplane.xdp.switch import SwitchDataplane
     d = SwitchDataplane()
     try:
         yield d
@@ -191,7 +191,7 @@ def dp():
 @pytest.fixture
 def pin_dir():
     """A fresh directory under /sys/fs/bpf/PREFIX/ for pinning; removed afterwards."""
-    from dataplane.switch_dataplane import SwitchDataplane
+    from dataplane.xdp.switch import SwitchDataplane
     path = os.path.join(PIN_ROOT, "lab")
     try:
         yield path

@@ -1,4 +1,4 @@
-"""bpf_abi's ctypes mirrors must match the C (as bcc sees it) byte for byte."""
+"""dataplane.xdp.abi's ctypes mirrors must match the C (as bcc sees it) byte for byte."""
 
 from __future__ import annotations
 
@@ -7,9 +7,8 @@ import re
 
 import pytest
 
-from dataplane import bpf_abi as abi
-from dataplane import bpfcache
-from dataplane.switch_dataplane import BPF_DIR, SWITCH_C
+from dataplane.xdp import abi, bpfcache
+from dataplane.xdp.switch import BPF_DIR, SWITCH_C
 
 
 @pytest.fixture(scope="module")
@@ -75,10 +74,10 @@ def test_constants_match_c_defines():
                 defines[name] = eval(expr)               # noqa: S307 -- literal arithmetic only
     mirrored = {k: v for k, v in abi.CONSTANTS.items()}
     missing = sorted(set(mirrored) - set(defines))
-    assert not missing, f"bpf_abi constants without a C #define: {missing}"
+    assert not missing, f"abi constants without a C #define: {missing}"
     unmirrored = sorted(set(defines) - set(mirrored) - {"RL_ARPHRD_ETHER", "RL_ARPOP_REQUEST",
                                                           "RL_ARPOP_REPLY", "RL_IP_MF", "RL_IP_OFFSET"})
-    assert not unmirrored, f"C #defines not mirrored in bpf_abi: {unmirrored}"
+    assert not unmirrored, f"C #defines not mirrored in dataplane.xdp.abi: {unmirrored}"
     for k, v in mirrored.items():
         assert defines[k] == v, k
 

@@ -12,11 +12,11 @@ from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
 from scapy.packet import Raw
 
-from dataplane import bpf_abi as abi
-from dataplane import bpfcache, ethtool, progtest, rtnl
-from dataplane.netns_util import in_netns
+from dataplane.kernel import ethtool, rtnl
+from dataplane.kernel.netns import in_netns
 from dataplane.runtime.netns import set_sysctls
-from dataplane.switch_dataplane import BPF_DIR, SwitchDataplane
+from dataplane.xdp import abi, bpfcache, progtest
+from dataplane.xdp.switch import BPF_DIR, SwitchDataplane
 
 from .conftest import sh
 

@@ -12,7 +12,7 @@ import collections
 import pytest
 from scapy.layers.l2 import ARP, Ether
 
-from dataplane import bpf_abi as abi
+from dataplane.xdp import abi
 
 from .. import frames
 from .conftest import run_frame, switch_bench

@@ -17,9 +17,8 @@ import time
 import pytest
 from scapy.layers.l2 import Ether
 
-from dataplane import bpf_abi as abi
-from dataplane import progtest
-from dataplane.netns_util import in_netns
+from dataplane.kernel.netns import in_netns
+from dataplane.xdp import abi, progtest
 
 from .. import frames
 from .conftest import run_frame, switch_bench

@@ -18,9 +18,9 @@ from scapy.layers.inet import IP
 from scapy.layers.l2 import Ether
 from scapy.packet import Raw
 
-from dataplane import bpf_abi as abi
-from dataplane.bpfio import BPF_F_LOCK
-from dataplane.switch_dataplane import wcmp_slots
+from dataplane.xdp import abi
+from dataplane.xdp.bpfio import BPF_F_LOCK
+from dataplane.xdp.switch import wcmp_slots
 
 from .. import frames
 from .conftest import run_frame, switch_bench

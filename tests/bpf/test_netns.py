@@ -7,8 +7,8 @@ import time
 
 import pytest
 
-from dataplane import progtest
-from dataplane.bpfio import DataplaneError, attach_xdp, attached_xdp, detach_xdp
+from dataplane.xdp import progtest
+from dataplane.xdp.bpfio import DataplaneError, attach_xdp, attached_xdp, detach_xdp
 
 from .conftest import add_veths, link_index, link_mac, sh
 
@@ -152,13 +152,13 @@ def test_pin_and_reopen(dp, pin_dir):
 
 
 def test_pfc_classes_hold_release_and_a_new_speed_keeps_what_is_queued(module_netns):
-    """The PFC shaper of a port (dataplane.realqueue): frames of the lossless class wait
+    """The PFC shaper of a port (dataplane.kernel.realqueue): frames of the lossless class wait
     while it is held, a new port speed changes the classes without losing them, and the
     release sends them."""
     import socket
 
-    from dataplane.netns_util import in_netns
-    from dataplane.realqueue import LOSSLESS_CLASS, NamespaceQueues
+    from dataplane.kernel.netns import in_netns
+    from dataplane.kernel.realqueue import LOSSLESS_CLASS, NamespaceQueues
 
     ns = module_netns("pfcq")
     add_veths(ns, [301])

@@ -1,5 +1,5 @@
 """The emulated NIC's receive side (bpf/nic/responder.c through dataplane.nic.responder):
-railab data frames built by dataplane.traffic.roce, run with BPF_PROG_TEST_RUN (exact
+railab data frames built by dataplane.wire.roce, run with BPF_PROG_TEST_RUN (exact
 and fast), and once through a real veth pair to prove XDP_TX answers arrive.
 
 Every answer is parsed with scapy and compared byte for byte with what the Python
@@ -14,10 +14,10 @@ from scapy.contrib.roce import AETH, BTH
 from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
 
-from dataplane import bpfio, progtest
-from dataplane.netns_util import in_netns
+from dataplane.kernel.netns import in_netns
 from dataplane.nic import responder as nicmod
-from dataplane.traffic import roce
+from dataplane.wire import roce
+from dataplane.xdp import bpfio, progtest
 
 from .. import frames
 from .conftest import link_mac, sh
@@ -484,7 +484,7 @@ def test_python_mirrors_match_nic_h_and_the_loaded_maps(nic):
     import ctypes as ct
     import re
 
-    from dataplane import bpfcache
+    from dataplane.xdp import bpfcache
     text = (nicmod.NIC_DIR / "nic.h").read_text()
     defines = {m[1]: int(m[2], 0) for m in re.finditer(r"#define\s+(\w+)\s+(0x[0-9a-fA-F]+|\d+)\b", text)}
     assert {m: defines[f"NIC_MODE_{m.upper()}"] for m in nicmod.MODES} == nicmod.MODES

@@ -2,7 +2,7 @@
 
 ctx->ingress_ifindex must be a device in the calling thread's netns, so the
 module creates a namespace holding veth devices with the fixed ifindexes the
-tests program as switch ports, and runs every frame inside it (netns_util).
+tests program as switch ports, and runs every frame inside it (dataplane.kernel.netns).
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from scapy.layers.inet6 import IPv6
 from scapy.layers.l2 import ARP, Ether
 from scapy.packet import Raw
 
-from dataplane import progtest
-from dataplane.netns_util import in_netns
+from dataplane.kernel.netns import in_netns
+from dataplane.xdp import progtest
 
 from .. import frames
 from .conftest import run_frame, switch_bench
@@ -333,7 +333,7 @@ def test_spray_random_uses_all_members(dp, lab):
 
 
 def test_set_group_validates(dp, lab):
-    from dataplane.switch_dataplane import DataplaneError
+    from dataplane.xdp.switch import DataplaneError
     with pytest.raises(DataplaneError):
         dp.set_group(20, [(4242, "02:00:00:00:00:01")])            # not a port
     with pytest.raises(DataplaneError):

@@ -10,7 +10,7 @@ import threading
 import time
 from ipaddress import IPv4Interface
 
-from dataplane.netns_util import in_netns
+from dataplane.kernel.netns import in_netns
 
 from .lbtraffic import HostPort
 

@@ -8,7 +8,7 @@ import struct
 import time
 from ipaddress import IPv4Interface
 
-from dataplane.netns_util import in_netns
+from dataplane.kernel.netns import in_netns
 
 
 def _csum(data: bytes) -> int:

@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from dataplane import faults
-from dataplane.lb import Fabric
+from dataplane.lab import faults
+from dataplane.lab.fabric import Fabric
 
 from .conftest import lab_fixture, railab
 from .faulttraffic import RawStream, Receiver, paced

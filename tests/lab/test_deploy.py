@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from dataplane.agent import client
-from dataplane.netns_util import in_netns
-from dataplane.probe import run_probe
+from dataplane.kernel.netns import in_netns
+from dataplane.lab.probe import run_probe
 from dataplane.runtime import state
 from dataplane.traffic import iperf
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from dataplane.lb import Fabric
+from dataplane.lab.fabric import Fabric
 from dataplane.runtime import netns as rt
 
 from .conftest import ROOT, railab, run_experiment, shipped
@@ -260,9 +260,9 @@ def test_kernel_nic_receivers_book_what_the_python_receivers_book(lab_factory, t
     """The same short open-loop run with the kernel NIC's receive side and with the
     Python receivers, on one lab: per flow the same packets, messages and no loss (a
     light load), the run says who received, and no host port keeps an XDP program."""
-    from dataplane import bpfio
+    from dataplane.xdp import bpfio
     from dataplane.nic.responder import NicResponder
-    from dataplane.traffic import roce
+    from dataplane.wire import roce
     spec = lab_factory(shipped("clos2"), prefix="nic")
     results = {}
     for hosts in ("kernel", "python"):

@@ -9,10 +9,9 @@ from pathlib import Path
 import pytest
 
 from dataplane.agent import client
-from dataplane.netns_util import in_netns
-from dataplane.probe import probe_ports, run_probe, send_once
-from dataplane.runtime import lifecycle, state
-from dataplane.runtime import netns as rt
+from dataplane.kernel.netns import in_netns
+from dataplane.lab.probe import probe_ports, run_probe, send_once
+from dataplane.runtime import lifecycle, state, netns as rt
 from dataplane.runtime.labspec import build
 from dataplane.topology.clab import read as load_topology
 
@@ -173,8 +172,8 @@ def test_dual_plane_lab_forwards_with_the_kernel():
 
 
 def test_xdp_generic_lab_forwards_in_generic_mode_and_refuses_real_queues():
-    from dataplane.bpfio import attached_xdp
-    from dataplane.lb import Fabric
+    from dataplane.lab.fabric import Fabric
+    from dataplane.xdp.bpfio import attached_xdp
 
     topo = load_topology(shipped("clos2"))
     topo.name = unique_name("xgen")

@@ -1,6 +1,6 @@
 """Load-balancing modes on a deployed clos3 lab (leaf -> spine -> core, 4 uplinks per leaf
 and per spine), with real frames sent from host namespaces and counts read from the
-switches through the agent. Modes and parameters are set through the agent (dataplane.lb),
+switches through the agent. Modes and parameters are set through the agent (dataplane.lab.fabric),
 exactly as `railab lb set` does."""
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from dataplane.lb import Fabric
+from dataplane.lab.fabric import Fabric
 
 from .conftest import deployed
 from .lbtraffic import HostPort, delta, member_packets

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from dataplane.lb import Fabric
+from dataplane.lab.fabric import Fabric
 
 from .conftest import deployed
 from .lbtraffic import HostPort

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from dataplane.errors import RuntimeStateError
-from dataplane.lb import Fabric
+from dataplane.lab.fabric import Fabric
 
 from .conftest import ROOT, run_experiment, shipped
 

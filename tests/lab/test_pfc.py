@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from dataplane import pfc
-from dataplane.lb import Fabric
-from dataplane.netns_util import in_netns
+from dataplane.kernel.netns import in_netns
+from dataplane.lab.fabric import Fabric
+from dataplane.wire import pfc
 
 from .conftest import ROOT, run_experiment, shipped
 from .lbtraffic import HostPort

@@ -9,9 +9,9 @@ import time
 
 import pytest
 
-from dataplane import faults
 from dataplane.experiment.runner import wait_for_drain
-from dataplane.lb import Fabric
+from dataplane.lab import faults
+from dataplane.lab.fabric import Fabric
 from dataplane.traffic import iperf
 
 from .conftest import deployed

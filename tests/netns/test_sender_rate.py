@@ -15,9 +15,9 @@ import time
 
 import pytest
 
-from dataplane.traffic import receiver as rxmod
-from dataplane.traffic import roce, sender
+from dataplane.traffic import receiver as rxmod, sender
 from dataplane.traffic.workload import generate, load_dict
+from dataplane.wire import roce
 
 # Root is required: tests/conftest.py skips without it (naming what is missing) and
 # refuses to run in CI without it. Timing on a shared machine: re-measure up to twice.
@@ -228,7 +228,7 @@ def test_cnp_only_for_ce_end_to_end(vpair):
 def test_receiver_socket_counts_what_it_could_not_hold(vpair):
     """A receiver that falls behind loses frames in its socket, not in the fabric:
     socket_drops says how many (and starts from zero again after each read)."""
-    from dataplane.netns_util import in_netns
+    from dataplane.kernel.netns import in_netns
     with in_netns(vpair["rx_ns"]):
         sock = rxmod.open_socket(vpair["rx_if"], rcvbuf=4096)   # room for a few frames only
     try:

@@ -6,7 +6,7 @@ import shutil
 
 import pytest
 
-from dataplane.traffic.bench import TRAFGEN, measure_trafgen, veth_pair
+from dataplane.bench.traffic import TRAFGEN, measure_trafgen, veth_pair
 
 pytestmark = pytest.mark.root
 

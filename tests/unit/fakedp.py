@@ -7,11 +7,11 @@ import ipaddress
 from pathlib import Path
 from types import SimpleNamespace
 
-from dataplane import bpf_abi as abi
 from dataplane.agent.programmer import SwitchProgrammer
 from dataplane.runtime import labspec
-from dataplane.switch_dataplane import GroupState, hash_field_names
 from dataplane.topology import clab
+from dataplane.xdp import abi
+from dataplane.xdp.switch import GroupState, hash_field_names
 
 LABS = Path(__file__).resolve().parents[2] / "labs"
 

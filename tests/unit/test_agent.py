@@ -11,14 +11,14 @@ from types import SimpleNamespace
 import pytest
 from fakedp import programmed
 
-from dataplane import bpf_abi as abi
 from dataplane.agent import protocol as proto
 from dataplane.agent.monitor import T_WITHDRAW, FabricMonitor, Notice, R_UTIL
 from dataplane.agent.server import ControlServer
 from dataplane.experiment import runner, session
 from dataplane.experiment.spec import Experiment, ModeSpec
-from dataplane.lb import Fabric
+from dataplane.lab.fabric import Fabric
 from dataplane.traffic import workload as wl
+from dataplane.xdp import abi
 
 
 # ------------------------------------------------------------------ protocol and server

@@ -10,7 +10,8 @@ from fakedp import programmed
 
 from dataplane.agent.protocol import CounterSnapshot
 from dataplane.experiment import runner, session, timeline
-from dataplane.traffic import receiver, roce
+from dataplane.traffic import receiver
+from dataplane.wire import roce
 
 
 class _GrowingFabric:
@@ -104,7 +105,7 @@ def test_results_json_is_written_once(tmp_path, monkeypatch):
 def test_fired_events_carry_their_time_and_the_agents_reaction(monkeypatch):
     """Each fault the clock fires keeps the monotonic ns it was made at; the run's events
     then carry the agent's reaction to it (metrics.dataplane_reaction)."""
-    from dataplane import faults
+    from dataplane.lab import faults
 
     p = programmed()
     made = []

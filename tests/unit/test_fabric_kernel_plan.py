@@ -12,7 +12,7 @@ from dataplane.runtime.netns import RT_SCOPE_LINK, kernel_routes
 from dataplane.topology.clab import read
 
 CLOS2 = Path(__file__).resolve().parents[2] / "labs" / "clos2" / "clos2.clab.yml"
-from dataplane.traffic import fabricbench
+from dataplane.bench import fabric
 
 
 def _spec(dataplane="kernel"):
@@ -72,10 +72,10 @@ def test_kernel_agent_refuses_xdp_only_requests(method):
 
 def test_bench_path_crosses_leaf_spine_leaf():
     spec = _spec("xdp")
-    path = fabricbench.cross_leaf_path(spec)
-    hops = fabricbench.path_hops(spec, path)
+    path = fabric.cross_leaf_path(spec)
+    hops = fabric.path_hops(spec, path)
     assert [n.role for n, _, _ in hops] == ["leaf", "spine", "leaf"]
     assert hops[-1][2].peer_node == next(h.name for h in spec.hosts if h.netns == path.rx_ns)
-    frame = fabricbench.udp_frame(path, 64, fabricbench.FIRST_SPORT)
+    frame = fabric.udp_frame(path, 64, fabric.FIRST_SPORT)
     assert len(frame) == 60          # 64 on the wire with the FCS
-    assert len(fabricbench.udp_frame(path, 1500, 1)) == 1496
+    assert len(fabric.udp_frame(path, 1500, 1)) == 1496

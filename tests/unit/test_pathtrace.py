@@ -5,7 +5,7 @@ from scapy.contrib.roce import BTH
 from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
 
-from dataplane.pathtrace import FlowKey, build_frame, path_links, touches
+from dataplane.agent.pathtrace import FlowKey, build_frame, path_links, touches
 from dataplane.runtime.labspec import build
 from dataplane.topology.generate import generate
 

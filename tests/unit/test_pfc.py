@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from dataplane import pfc
+from dataplane.wire import pfc
 
 
 def test_frame_round_trips_and_is_802_1qbb():

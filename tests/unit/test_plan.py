@@ -1,4 +1,4 @@
-"""`railab plan`: the sizing rule (dataplane/plan.py) and its CLI (dataplane/cli/plan.py)."""
+"""`railab plan`: the sizing rule (dataplane/topology/sizing.py) and its CLI (dataplane/cli/plan.py)."""
 from __future__ import annotations
 
 import json
@@ -10,9 +10,9 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 import dataplane.cli.main as cli_main
-from dataplane import plan as sizing
 from dataplane.errors import PlanError, RailabError
-from dataplane.plan import (
+from dataplane.topology import sizing
+from dataplane.topology.sizing import (
     Switch,
     format_speed,
     leaf_layout,

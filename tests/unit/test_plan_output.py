@@ -3,10 +3,9 @@ from __future__ import annotations
 
 import pytest
 
-from dataplane import plan as sizing
 from dataplane.cli import plan as plan_cli
 from dataplane.errors import PlanError
-from dataplane.topology import clab
+from dataplane.topology import sizing, clab
 from dataplane.topology.generate import generate
 from dataplane.topology.model import Role
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import itertools
 
-from dataplane.probe import probe_pairs, probe_ports, sample_pairs
+from dataplane.lab.probe import probe_pairs, probe_ports, sample_pairs
 from dataplane.runtime.labspec import build
 from dataplane.topology.generate import generate
 

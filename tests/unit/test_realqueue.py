@@ -8,7 +8,7 @@ import pytest
 
 from dataplane.experiment import spec as exp_spec
 from dataplane.experiment.session import experiment_port_model
-from dataplane.realqueue import MAX_SHAPER_BPS, RealQueueError, shaper_params
+from dataplane.kernel.realqueue import MAX_SHAPER_BPS, RealQueueError, shaper_params
 
 LAB = Path(__file__).resolve().parents[2] / "labs" / "rail-optimized" / "rail-optimized.clab.yml"
 

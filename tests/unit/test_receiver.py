@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import pytest
 
-from dataplane.traffic import roce
 from dataplane.traffic.receiver import Receiver, Responder, _unwrap
-from dataplane.traffic.roce import Opcode
+from dataplane.wire import roce
+from dataplane.wire.roce import Opcode
 
 MACS = dict(src_mac="02:00:00:00:00:01", dst_mac="02:00:00:00:00:02")
 
@@ -197,8 +197,8 @@ def test_responder_acks_per_message():
 
 
 def test_longest_delivery_gap_is_the_recovery_time():
-    from dataplane.traffic import roce
     from dataplane.traffic.receiver import Receiver
+    from dataplane.wire import roce
 
     rx = Receiver()
     tpl = roce.FrameTemplate(src_mac="02:00:00:00:00:01", dst_mac="02:00:00:00:00:02",

@@ -7,9 +7,9 @@ from __future__ import annotations
 import socket
 import time
 
-from dataplane.traffic import reliable, roce, sender
-from dataplane.traffic import transport as tp
+from dataplane.traffic import reliable, sender, transport as tp
 from dataplane.traffic.workload import Flow, Message
+from dataplane.wire import roce
 from recordingwire import RecordingWire
 
 LINE_BPS = 20e6

@@ -13,8 +13,8 @@ from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
 from scapy.packet import Raw
 
-from dataplane.traffic import roce
-from dataplane.traffic.roce import Opcode
+from dataplane.wire import roce
+from dataplane.wire.roce import Opcode
 
 # A CNP captured on a Mellanox ConnectX-4 Lx (hardware-computed ICRC 82 fd 00 2a);
 # the same capture is in scapy's test suite (test/contrib/roce.uts).

@@ -5,8 +5,8 @@ import random
 
 import pytest
 
-from dataplane.traffic import roce
 from dataplane.traffic.receiver import Responder
+from dataplane.wire import roce
 from dataplane.traffic.transport import (Dcqcn, DcqcnParams, QpResponder, Requester,
                                          TransportConfig, position)
 

@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import pytest
 
-from dataplane import plan, units
+from dataplane import units
 from dataplane.errors import PlanError, TopologyError
-from dataplane.topology import generate
+from dataplane.topology import sizing, generate
 
 
 @pytest.mark.parametrize("text,bps", [("400G", 400 * 10**9), ("1.6T", 1_600 * 10**9), ("25g", 25 * 10**9),
@@ -16,9 +16,9 @@ def test_speeds_in(text, bps):
 
 def test_speed_readers_agree_on_what_they_share():
     for text in ("400G", "1.6T", "51.2T", "200Gb/s"):
-        assert generate.parse_speed(text) == units.parse_speed(text) == plan.parse_speed(text) * 10**9
+        assert generate.parse_speed(text) == units.parse_speed(text) == sizing.parse_speed(text) * 10**9
     with pytest.raises(PlanError):
-        plan.parse_speed("400M")          # the planner counts whole Gb/s
+        sizing.parse_speed("400M")          # the planner counts whole Gb/s
     with pytest.raises(TopologyError):
         generate.parse_speed("fast")
     with pytest.raises(ValueError):
@@ -36,11 +36,11 @@ def test_speeds_out():
 
 def test_ratios():
     assert units.parse_ratio("6:2") == (6, 2) and units.format_ratio(6, 2) == "3:1"
-    assert generate.parse_ratio("6:2") == plan.parse_ratio("6:2") == (3, 1)
+    assert generate.parse_ratio("6:2") == sizing.parse_ratio("6:2") == (3, 1)
     with pytest.raises(TopologyError):
         generate.parse_ratio("0:1")
     with pytest.raises(PlanError):
-        plan.parse_ratio("1:3")
+        sizing.parse_ratio("1:3")
 
 
 def test_sizes_rates_durations():

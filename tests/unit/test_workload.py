@@ -7,7 +7,7 @@ import textwrap
 import pytest
 
 from dataplane.errors import RailabError
-from dataplane.traffic import roce
+from dataplane.wire import roce
 from dataplane.traffic.workload import (Host, Nic, WorkloadError, generate, load,
                                         load_dict, load_flows, parse_dist, parse_duration,
                                         parse_rate, parse_size)

@@ -1,0 +1,170 @@
+"""Measure deploys: `railab bench deploy` (the shipped lab and the 56-node lab, with the
+XDP object's cache cold and warm) and `railab bench deploy --scale` (dual-plane labs of
+128 to 1,024 GPUs). Each row times what a user's `railab deploy FILE` does: reading the
+file, resolving the lab, then lifecycle.deploy (its phases come from the deployer and the
+agent), and `railab destroy`.
+
+Cold means an empty XDP object cache (a fresh directory, as on a new machine); warm
+means the same directory after that first deploy. Memory is what the lab costs the
+machine: MemAvailable before the deploy minus MemAvailable with the lab up (agent and
+kernel: namespaces, devices, maps), which other work on a shared machine also moves.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import time
+import uuid
+from contextlib import contextmanager
+from pathlib import Path
+
+from dataplane.lab.probe import run_probe
+from dataplane.runtime import labspec, lifecycle, state
+from dataplane.topology import clab
+from dataplane.topology.generate import generate
+from dataplane.topology.sizing import get_switch, plan_rail_fabric
+
+ROOT = Path(__file__).resolve().parents[2]
+SHIPPED = ROOT / "labs" / "rail-optimized" / "rail-optimized.clab.yml"
+SCALE_GPUS = (128, 256, 512, 1024)
+PROBE_SAMPLE = 1000
+
+
+def _meminfo_kib(key: str) -> int:
+    for line in Path("/proc/meminfo").read_text().splitlines():
+        name, value = line.split(":", 1)
+        if name == key:
+            return int(value.split()[0])
+    return 0
+
+
+def _status_kib(pid: int, key: str) -> int:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith(key + ":"):
+                return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+def _cpu_seconds(pid: int) -> float:
+    """user + system CPU seconds of a process so far."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(") ", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def load_average() -> float:
+    return round(os.getloadavg()[0], 1)
+
+
+@contextmanager
+def bpf_cache(directory: str):
+    """Point the agent (a child process: the environment) at this XDP object cache."""
+    before = os.environ.get("RAILAB_BPF_CACHE")
+    os.environ["RAILAB_BPF_CACHE"] = directory
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop("RAILAB_BPF_CACHE", None)
+        else:
+            os.environ["RAILAB_BPF_CACHE"] = before
+
+
+def dual_plane_file(gpus: int, directory: Path, largest: int = SCALE_GPUS[-1]) -> tuple[str, Path]:
+    """A dual-plane lab of `gpus` GPUs (8 per server) written as a file: the planner's lab
+    for `largest` GPUs (51.2T switches, 400G NICs split 2 x 200G, links at 200G since the
+    generator builds one link speed), with fewer servers and as many uplinks as downlinks
+    per leaf. (For small sizes the planner itself would put several rails on one leaf,
+    which the generator does not build; the same design scaled down shows the growth.)"""
+    plan = plan_rail_fabric(gpus=largest, switch=get_switch("51.2T"), planes=2, link_speed="200G")
+    kind, params = plan.generator_params()
+    servers = gpus // plan.gpus_per_server
+    params.update(servers=servers,
+                  links_per_spine=max(1, params["links_per_spine"] * servers // plan.servers))
+    topo = generate(kind, name="bench", **params)
+    path = directory / f"dual-plane-{gpus}.clab.yml"
+    clab.write(topo, str(path), f"railab bench deploy --scale: {gpus} GPUs")
+    switches = len(topo.nodes) - servers
+    label = f"dual-plane {gpus} GPUs ({servers} x {plan.gpus_per_server}, {switches} switches)"
+    return label, path
+
+
+def measure(label: str, path: Path, runtime: str = "netns", *, probe_sample: int | None = None) -> dict:
+    """Deploy the lab in `path` under a fresh name, measure, (probe,) destroy."""
+    name = f"bench-{uuid.uuid4().hex[:6]}"
+    load_before = load_average()
+    available_before = _meminfo_kib("MemAvailable")
+    cpu_before = time.process_time()
+    started = time.monotonic()
+    topo = clab.read(str(path))
+    topo.name = name
+    read_s = time.monotonic() - started
+    spec = labspec.build(topo, str(path), runtime=runtime)
+    resolve_s = time.monotonic() - started - read_s
+    row: dict = {"lab": label, "runtime": runtime, "nodes": len(spec.nodes),
+                 "links": sum(len(n.interfaces) for n in spec.nodes) // 2,
+                 "load_before": load_before}
+    try:
+        result = lifecycle.deploy(spec)
+        deploy_s = time.monotonic() - started
+        agent = state.load(name).agent_pid
+        row.update({
+            "bpf_cache": result.bpf_cache,
+            "deploy_s": round(deploy_s, 2),
+            "cpu_s": round(time.process_time() - cpu_before + _cpu_seconds(agent), 2),
+            "phases": {"read the topology file": round(read_s, 4),
+                       "resolve the lab (addresses, routes)": round(resolve_s, 4), **result.phases},
+            "agent_phases": result.agent_phases,
+            "agent_rss_mib": round(_status_kib(agent, "VmRSS") / 1024),
+            "agent_peak_mib": round(_status_kib(agent, "VmHWM") / 1024),
+            "lab_memory_mib": round((available_before - _meminfo_kib("MemAvailable")) / 1024),
+        })
+        if probe_sample:
+            probed = run_probe(spec, sample=probe_sample)
+            row["probe"] = {"pairs": probed.pairs, "ok": probed.ok}
+    finally:
+        t0 = time.monotonic()
+        lifecycle.destroy(name)
+        row["destroy_s"] = round(time.monotonic() - t0, 2)
+    row["load_after"] = load_average()
+    return row
+
+
+def standard(runtimes: list[str], repeat: int = 1) -> list[dict]:
+    """The shipped lab and the 56-node dual-plane lab, each cold then warm, per runtime."""
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="railab-bench-") as tmp:
+        large = generate("dual-plane", name="bench", servers=32, rails=8, spines=4)
+        large_path = Path(tmp) / "dual-plane-32x8.clab.yml"
+        clab.write(large, str(large_path), "railab bench deploy")
+        labs = [("rail-optimized (shipped)", SHIPPED), ("dual-plane 32x8, 4+4 spines", large_path)]
+        for label, path in labs:
+            for runtime in runtimes:
+                for _ in range(repeat):
+                    rows += cold_then_warm(label, path, runtime)
+    return rows
+
+
+def cold_then_warm(label: str, path: Path, runtime: str = "netns", probe_sample: int | None = None) -> list[dict]:
+    cache = tempfile.mkdtemp(prefix="railab-bench-cache-")
+    try:
+        with bpf_cache(cache):
+            return [measure(label, path, runtime, probe_sample=probe_sample) for _ in range(2)]
+    finally:
+        shutil.rmtree(cache, ignore_errors=True)
+
+
+def scale(sizes=SCALE_GPUS, probe_sample: int = PROBE_SAMPLE) -> list[dict]:
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="railab-bench-") as tmp:
+        for gpus in sizes:
+            label, path = dual_plane_file(gpus, Path(tmp))
+            for row in cold_then_warm(label, path, probe_sample=probe_sample):
+                rows.append({"gpus": gpus, **row})
+    return rows
