@@ -22,6 +22,7 @@ from __future__ import annotations
 from typing import Iterable, Mapping
 
 from dataplane.nic.responder import MsgEvent, log_slot_low
+from dataplane.traffic.receiver import _summary as exact_summary
 from dataplane.wire.roce import PSN_MASK
 
 TIMING_NOTE = "kernel NIC: no per-packet send times kept (loss windows need the Python hosts)"
@@ -50,12 +51,6 @@ def latency_summary(qp: Mapping) -> dict:
     return {"count": count, "min": lo, "p50": _hist_quantile(qp["lat_hist"], 0.5, lo, hi),
             "p99": _hist_quantile(qp["lat_hist"], 0.99, lo, hi), "max": hi,
             "mean": qp["lat_sum"] / count}
-
-
-def exact_summary(values: list[int]) -> dict:
-    """count, min, p50, p99, max, mean as receiver._summary computes them."""
-    from dataplane.traffic.receiver import _summary
-    return _summary(values)
 
 
 def flow_record(qp: Mapping, completions_ns: list[int], sent: int | None) -> dict:
