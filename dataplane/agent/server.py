@@ -15,9 +15,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import signal
+import socket
 import socketserver
+import struct
 import sys
 import threading
 import time
@@ -41,6 +44,15 @@ FLOWS_WINDOW_US = 10.0          # real-fabric time (2 s of wall time at scale 5e
 MIN_FLOWS_WINDOW_S = 0.2        # reads of the table from Python resolve no finer
 FLOWS_TOP = 8
 HOSTS_LEARNED_TIMEOUT_S = 60
+SOCKET_MODE = 0o600             # the agent changes a lab's forwarding: its owner only
+_UCRED = struct.Struct("3i")    # struct ucred: pid, uid, gid
+log = logging.getLogger("railab.agent")
+
+
+def peer_credentials(sock: socket.socket) -> tuple[int, int, int]:
+    """(pid, uid, gid) of the process at the other end of a Unix stream socket, as the
+    kernel recorded them at connect time (SO_PEERCRED): nothing the peer can claim."""
+    return _UCRED.unpack(sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _UCRED.size))
 
 
 class _Handler(socketserver.StreamRequestHandler):
@@ -93,6 +105,27 @@ class ControlServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
             proto.NavAnnounce: lambda r: self._nav().announce(list(r.flows)),
         }
         super().__init__(path, _Handler)
+
+    def server_bind(self) -> None:
+        # created 0600 from the start (umask), not chmod-ed after: no moment in which
+        # another user could connect
+        old = os.umask(0o177)
+        try:
+            super().server_bind()
+        finally:
+            os.umask(old)
+        os.chmod(self.server_address, SOCKET_MODE)
+        os.chown(self.server_address, os.geteuid(), os.getegid())
+
+    def verify_request(self, request, client_address) -> bool:
+        """Only root and the agent's own user may talk to it, whatever the file's mode
+        became: the kernel's record of who connected decides, and a refusal is logged."""
+        pid, uid, _ = peer_credentials(request)
+        if uid in (0, os.geteuid()):
+            return True
+        log.warning("refused a control connection from pid %d uid %d: only root or uid %d may "
+                    "change this lab", pid, uid, os.geteuid())
+        return False
 
     def dispatch(self, request: proto.Request):
         handler = self.locked.get(type(request))

@@ -20,7 +20,11 @@ def register(sub) -> None:
     p = sub.add_parser("ui", help="web view of running labs: live link loads, modes, faults, experiments")
     p.add_argument("lab", nargs="?", help="open this lab's page (default: the list of labs)")
     p.add_argument("--port", type=int, default=8080, help="TCP port (default 8080; 0 = any free port)")
-    p.add_argument("--bind", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    p.add_argument("--bind", default="127.0.0.1",
+                   help="address to listen on (default 127.0.0.1; another than loopback needs --allow-remote)")
+    p.add_argument("--allow-remote", action="store_true",
+                   help="let --bind take an address other machines reach (the token is then all that "
+                        "guards the labs, sent in clear over HTTP)")
     p.add_argument("--read-only", action="store_true", help="refuse every write (modes, faults, runs)")
     p.add_argument("--interval", type=float, default=0.5, help="seconds between updates (default 0.5)")
     p.add_argument("--experiments", type=Path, default=None,
@@ -41,6 +45,10 @@ def run(args) -> int:
         raise UsageError(f"--port {args.port}: must be 0 .. 65535")
     if not (math.isfinite(args.interval) and 0.05 <= args.interval <= 60):
         raise UsageError(f"--interval {args.interval}: must be between 0.05 and 60 seconds")
+    remote = loopback_names(args.bind) is None
+    if remote and not args.allow_remote:
+        raise UsageError(f"--bind {args.bind}: not a loopback address; other machines could reach the "
+                         "labs' controls: add --allow-remote to mean it")
     lab = single_lab(args.lab) if args.lab else None
     experiments = args.experiments or next(
         (p for p in (Path("experiments"), ROOT / "experiments") if p.is_dir()), Path("experiments"))
@@ -66,6 +74,10 @@ def run(args) -> int:
             mode = "read-only" if args.read_only else f"token {settings.token}"
             print(f"railab ui: http://{host}:{port}{path}" + ("" if args.read_only else f"?token={settings.token}"),
                   flush=True)
+            if remote:
+                print(f"railab ui: warning: serving on {args.bind}, reachable from other machines; "
+                      "anyone with the token can change the labs (HTTP, no encryption)",
+                      file=sys.stderr, flush=True)
             print(f"railab ui: {mode}; Ctrl-C stops the server (experiments it started keep running)",
                   flush=True)
             # Ctrl-C and SIGTERM end the wait, then the runner closes sockets and feeds; set

@@ -5,7 +5,9 @@ the next poll rebuilds. The feed asks the agent only for what the page draws (po
 per port a few totals and states, per switch its modes), not the full counters reply.
 
 Writes (POST) need the token printed at start, in the X-Railab-Token header or the token
-query parameter; with read_only every write is refused. Both answer 403 and change nothing.
+query parameter; with read_only every write is refused. Writes and the WebSocket feed from
+another origin (a page of another site driving the user's browser) are refused whatever
+they carry. All answer 403 and change nothing.
 Blocking calls (the agent's socket, netlink in a namespace, reading a results folder) run in
 worker threads so the feed keeps its pace."""
 from __future__ import annotations
@@ -154,6 +156,19 @@ def _host_allowed(request: web.Request, allowed: set[str] | None) -> bool:
 
 
 # ---------------------------------------------------------------- the application
+def cross_origin(request: web.Request) -> str | None:
+    """Why a request comes from another origin's page, or None. Browsers send Origin on
+    writes and WebSocket upgrades, and Sec-Fetch-Site on every request; scripts and curl
+    send neither, and are judged by the token alone."""
+    site = request.headers.get("Sec-Fetch-Site")
+    if site not in (None, "same-origin", "none"):
+        return f"Sec-Fetch-Site: {site}"
+    origin = request.headers.get("Origin")
+    if origin is not None and origin != f"{request.scheme}://{request.host}":
+        return f"Origin {origin}"
+    return None
+
+
 def make_app(settings: Settings) -> web.Application:
     feeds: dict[str, Feed] = {}
     locks: dict[str, asyncio.Lock] = {}
@@ -163,7 +178,13 @@ def make_app(settings: Settings) -> web.Application:
         try:
             if not _host_allowed(request, settings.allowed_hosts):
                 raise BadRequest(f"host {request.host!r} is not served (use the address railab ui printed)", 403)
-            if request.method not in ("GET", "HEAD"):
+            writes = request.method not in ("GET", "HEAD")
+            if writes or request.headers.get("Upgrade", "").lower() == "websocket":
+                foreign = cross_origin(request)
+                if foreign:
+                    raise BadRequest(f"a request from another site's page ({foreign}) is refused: "
+                                     "nothing was changed", 403)
+            if writes:
                 if settings.read_only:
                     raise BadRequest("this server is read-only (railab ui --read-only): nothing was changed", 403)
                 given = request.headers.get(TOKEN_HEADER) or request.query.get("token") or ""

@@ -232,3 +232,38 @@ def test_foreign_host_names_are_refused(recorded_lab):
     status, reply = _call(settings, "GET", "/api/labs", headers={"Host": "attacker.example:8080"})
     assert status == 403
     assert server.loopback_names("0.0.0.0") is None
+
+
+def test_another_sites_page_cannot_write_or_watch(recorded_lab):
+    """A page of another site driving the user's browser: its writes are refused even with
+    the token (which a link could carry), and so is its WebSocket; the same origin passes."""
+    settings = server.Settings(token="t")
+    body = json.dumps({"mode": "spray-rr", "role": "leaf"})
+    path = f"/api/labs/{recorded_lab}/lb?token=t"
+    for headers in ({"Origin": "http://attacker.example"}, {"Sec-Fetch-Site": "cross-site"},
+                    {"Sec-Fetch-Site": "same-site"}):
+        status, reply = _call(settings, "POST", path, data=body, headers=headers)
+        assert status == 403 and "another site" in reply["error"], headers
+    status, reply = _call(settings, "GET", f"/api/labs/{recorded_lab}/ws",
+                          headers={"Origin": "http://attacker.example", "Upgrade": "websocket",
+                                   "Connection": "Upgrade", "Sec-WebSocket-Version": "13",
+                                   "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ=="})
+    assert status == 403 and "another site" in reply["error"]
+
+    async def same_origin():
+        async with TestClient(TestServer(server.make_app(settings))) as client:
+            origin = f"http://{client.host}:{client.port}"
+            reply = await client.post(path, data=body, headers={"Origin": origin, "Sec-Fetch-Site": "same-origin"})
+            return reply.status, await reply.json()
+    status, reply = asyncio.run(same_origin())
+    assert status == 400 and "agent is not running" in reply["error"]     # past the guard
+
+
+def test_serving_beyond_loopback_must_be_meant():
+    import subprocess, sys   # why: only this test runs the command line
+    cmd = [sys.executable, "-m", "dataplane.cli.main", "ui", "--bind", "0.0.0.0", "--port", "0"]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.strip().splitlines() == [
+        "railab: error: --bind 0.0.0.0: not a loopback address; other machines could reach the "
+        "labs' controls: add --allow-remote to mean it"]
