@@ -88,11 +88,15 @@ static __always_inline int parse_arp(struct hdr_cursor *nh, void *data_end,
     return rl_ntohs(arp->ar_op);
 }
 
-/* returns the IP protocol; options are skipped (ihl honoured) */
+/* returns the IP protocol; options are skipped (ihl honoured). A total length shorter
+ * than the header or longer than the frame is a parse error, as a router must treat it
+ * (RFC 1812 5.2.2): forwarded, it would carry the next hop garbage or a cut packet.
+ * Longer frames are fine (Ethernet padding). */
 static __always_inline int parse_iphdr(struct hdr_cursor *nh, void *data_end,
                                        struct iphdr **iphdr)
 {
     struct iphdr *iph = nh->pos;
+    __u32 tot_len;
     int hdrsize;
 
     if ((void *)(iph + 1) > data_end)
@@ -101,6 +105,9 @@ static __always_inline int parse_iphdr(struct hdr_cursor *nh, void *data_end,
         return -1;
     hdrsize = iph->ihl * 4;
     if (nh->pos + hdrsize > data_end)
+        return -1;
+    tot_len = rl_ntohs(iph->tot_len);
+    if (tot_len < (__u32)hdrsize || (void *)iph + tot_len > data_end)
         return -1;
     nh->pos += hdrsize;
     *iphdr = iph;

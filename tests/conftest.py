@@ -8,12 +8,17 @@ not slow"` and `make test` everything.
 
 `slow` is set by hand on the statistical multi-run tests. The last two tiers need root
 (`root`). They skip on a developer machine without root, naming what is missing, and fail
-in CI (CI=true), where they must run."""
+in CI (CI=true), where they must run.
+
+As root, every session starts by sweeping what killed runs of the suite left behind and
+ends by removing, and reporting as an error, anything it left itself (tests/sweeper.py)."""
 from __future__ import annotations
 
 import os
 
 import pytest
+
+from . import sweeper
 
 TIERS = {"unit": "unit", "bpf": "bpf", "lab": "lab", "netns": "lab"}
 PRIVILEGED_DIRS = ("bpf", "netns", "lab")
@@ -44,3 +49,17 @@ def pytest_collection_modifyitems(config, items):
     reason = "needs root (network namespaces, veths and BPF programs); run `sudo make test`"
     for item in privileged:
         item.add_marker(pytest.mark.skip(reason=reason))
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _sweep_leftovers():
+    """Outermost session fixture: set up first, torn down last, after every lab fixture."""
+    if os.geteuid() != 0:
+        yield
+        return
+    earlier = sweeper.sweep()
+    if earlier:
+        print(f"\nswept what killed runs of the suite left: {', '.join(earlier)}")
+    yield
+    left = sweeper.sweep(include_own=True)
+    assert not left, f"the test session left these behind (now removed): {left}"

@@ -76,6 +76,12 @@ def register(sub) -> None:
     lb.add_argument("--mode", default="spray-rr", help="the load-balancing mode of both runs")
     lb.add_argument("--json", action="store_true")
     lb.set_defaults(func=run_lab)
+    fz = which.add_parser("fuzz", help="hostile frames through the switch program: verdicts, counters "
+                                       "and forwarding checked against its routes, frame by frame")
+    fz.add_argument("--frames", type=positive(int), default=1_000_000, help="frames to try (default 1,000,000)")
+    fz.add_argument("--seed", type=int, default=1, help="the same seed tries the same frames (default 1)")
+    fz.add_argument("--json", action="store_true")
+    fz.set_defaults(func=run_fuzz)
     u = which.add_parser("ui", help="railab ui's updates and CPU on the 56-node dual-plane lab")
     u.add_argument("--duration", type=positive(float), default=30.0, help="seconds subscribed")
     u.add_argument("--interval", type=positive(float), default=0.5, help="seconds between updates")
@@ -366,6 +372,30 @@ def run_lab(args) -> int:
     output_console().print(table)
     print(f"kernel / python, delivered per wall second: {_fmt_ratio(result['kernel_over_python'])}")
     return 0
+
+
+def run_fuzz(args) -> int:
+    from dataplane.bench.fuzz import bench_fuzz   # deferred: it imports scapy and bcc
+
+    lifecycle.require_root()
+    result = bench_fuzz(frames=args.frames, seed=args.seed)
+    if args.json:
+        print(json.dumps(result, indent=2))
+    else:
+        table = Table(title=f"railab bench fuzz: {result['frames']:,} hostile frames (seed {result['seed']}), "
+                            f"{result['frames_per_s']:,} frames/s")
+        for col in ("verdict", "frames", "share"):
+            table.add_column(col, justify="left" if col == "verdict" else "right", no_wrap=True)
+        for verdict, n in sorted(result["verdicts"].items(), key=lambda kv: -kv[1]):
+            table.add_row(verdict, f"{n:,}", f"{100 * n / result['frames']:.1f} %")
+        output_console().print(table)
+        print("drop reasons: " + ", ".join(f"{r} {n:,}" for r, n in sorted(result["drop_reasons"].items())))
+        print(f"violations: {result['violations']}")
+        for kind, n in result["violation_kinds"].items():
+            print(f"  {n:,} x {kind}")
+        for ex in result["examples"]:
+            print(f"  e.g. {ex['verdict']}: {ex['frame']}")
+    return 1 if result["violations"] else 0
 
 
 def _fmt_ratio(value) -> str:

@@ -250,6 +250,31 @@ def _lab_agent_pids(lab: str) -> list[int]:
     return pids
 
 
+def agent_labs() -> list[str]:
+    """Labs named by running agent processes (`python -m dataplane.agent LAB`), whether
+    or not their state directory is left."""
+    labs = set()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            argv = Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"dataplane.agent" in argv:
+            after = argv[argv.index(b"dataplane.agent") + 1:]
+            if after and state.LAB_NAME.match(after[0].decode(errors="replace")):
+                labs.add(after[0].decode())
+    return sorted(labs)
+
+
+def destroy_namespaces(names: list[str]) -> None:
+    """Delete these namespaces, ending every process inside them first."""
+    if names:
+        _terminate(sorted(_pids_in_netns(_netns_inodes(names))))
+        rt.delete_namespaces([n for n in names if os.path.lexists(os.path.join(rt.NETNS_DIR, n))])
+
+
 def lab_leftovers(lab: str) -> bool:
     return bool(_lab_netns(lab) or state.state_dir(lab).exists() or state.pin_dir(lab).exists()
                 or _lab_agent_pids(lab) or any(r.leftovers(lab) for r in RUNTIMES.values()))
@@ -340,13 +365,18 @@ def destroy(lab: str) -> bool:
     return True
 
 
+def all_labs() -> list[str]:
+    """Every lab on this machine that something is left of: a state directory, pins,
+    containers, or an agent still running after its state directory went."""
+    return sorted(set(state.known_labs()) | set(clab_runtime.labs_with_containers()) | set(agent_labs()))
+
+
 def destroy_all() -> list[str]:
-    labs = set(state.known_labs()) | set(clab_runtime.labs_with_containers())
-    removed = [lab for lab in sorted(labs) if destroy(lab)]
-    # Namespaces of labs whose state is gone entirely: match on the railab prefix.
+    """Every lab of all_labs(); then namespaces of labs whose state is gone entirely (by
+    the railab prefix)."""
+    removed = [lab for lab in all_labs() if destroy(lab)]
     stray = [n for n in rt.list_netns() if n.startswith("railab-")]
     if stray:
-        _terminate(sorted(_pids_in_netns(_netns_inodes(stray))))
-        rt.delete_namespaces(stray)
+        destroy_namespaces(stray)
         removed.append(f"{len(stray)} stray namespaces")
     return removed

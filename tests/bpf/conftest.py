@@ -24,7 +24,9 @@ import pytest
 from dataplane.kernel.netns import in_netns
 from dataplane.xdp import progtest
 
-PREFIX = f"rlt{os.getpid()}"
+from .. import sweeper
+
+PREFIX = sweeper.tag()
 PIN_ROOT = f"/sys/fs/bpf/{PREFIX}"
 
 

@@ -18,13 +18,17 @@ from dataplane.runtime import netns as rt
 from dataplane.runtime.labspec import LabSpec, build
 from dataplane.topology.clab import read as load_topology
 
+from .. import sweeper
+
 ROOT = Path(__file__).resolve().parents[2]
 LABS = ROOT / "labs"
 RAILAB = [sys.executable, "-m", "dataplane.cli.main"]
 
 
 def unique_name(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:6]}"
+    """A lab name of this session's own (tests/sweeper.py removes it if the session is
+    killed before its fixture can)."""
+    return f"{sweeper.tag()}-{prefix}-{uuid.uuid4().hex[:6]}"
 
 
 def shipped(kind: str) -> Path:
