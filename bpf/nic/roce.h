@@ -134,6 +134,10 @@ static __always_inline int nic_parse(void *data, void *data_end, struct nic_rx *
     if ((void *)(ip + 1) > data_end || ip->version != 4 || ip->ihl != 5 ||
         ip->protocol != IPPROTO_UDP || (ip->frag_off & nic_htons(0x3FFF)))
         return NIC_C_NOT_ROCE;
+    /* a cut frame (IP length beyond it) is no packet to book or answer: a NIC's ICRC
+     * check would fail it */
+    if ((void *)ip + nic_ntohs(ip->tot_len) > data_end)
+        return NIC_C_NOT_ROCE;
     udp = (void *)(ip + 1);
     if ((void *)(udp + 1) > data_end || udp->dest != nic_htons(ROCE_UDP_PORT))
         return NIC_C_NOT_ROCE;
@@ -147,6 +151,12 @@ static __always_inline int nic_parse(void *data, void *data_end, struct nic_rx *
     if ((void *)(hdr + 1) > data_end || hdr->magic[0] != 'R' || hdr->magic[1] != 'L' ||
         hdr->version != 1)
         return NIC_C_NO_RAILAB;
+    /* the UDP length must hold what was parsed and fit the IP packet: else the frame was
+     * cut or forged, and its payload and ICRC are not where the length says */
+    ib_len = nic_ntohs(udp->len);
+    if (ib_len < sizeof(*udp) + sizeof(*bth) + reth + sizeof(*hdr) + ICRC_LEN ||
+        ib_len + sizeof(*ip) > nic_ntohs(ip->tot_len))
+        return NIC_C_NOT_ROCE;
 
     rx->saddr = ip->saddr;
     rx->daddr = ip->daddr;
@@ -167,7 +177,6 @@ static __always_inline int nic_parse(void *data, void *data_end, struct nic_rx *
     rx->msg_start_ns = nic_ntohll(hdr->msg_start_ns);
     rx->frame_len = data_end - data;
     /* UDP length, not the frame: Ethernet padding is no payload */
-    ib_len = nic_ntohs(udp->len);
     overhead = sizeof(*udp) + sizeof(*bth) + reth + ((bth->flags >> 4) & 3) + ICRC_LEN;
     rx->payload_len = ib_len > overhead ? ib_len - overhead : 0;
     return 0;

@@ -1,8 +1,9 @@
 """`railab bench fuzz`: a long campaign of hostile frames through the switch program
 (BPF_PROG_TEST_RUN), judged frame by frame (dataplane.xdp.fuzz.judge) and, at the end, by
 its counters: every frame in one verdict counter, every drop but accepted PFC frames in one
-drop reason. Too long for the test suite (tests/bpf/test_fuzz.py runs 2,500 frames with
-hypothesis); the same frames from the same seed.
+drop reason. `--program nic`: the kernel NIC's responder instead (fuzz.judge_nic), half
+the frames consumed, half passed on. Too long for the test suite (tests/bpf/test_fuzz.py
+runs 2,500 frames with hypothesis); the same frames from the same seed.
 
 Needs root; its namespace and the program are gone when it returns.
 """
@@ -14,17 +15,22 @@ import os
 import time
 
 from dataplane.kernel.netns import in_netns
-from dataplane.xdp import fuzz
+from dataplane.xdp import fuzz, progtest
 from dataplane.xdp.switch import SwitchDataplane
 
 EXAMPLES_KEPT = 5
 
 
-def bench_fuzz(frames: int = 1_000_000, seed: int = 1) -> dict:
+PROGRAMS = ("switch", "nic")
+
+
+def bench_fuzz(frames: int = 1_000_000, seed: int = 1, program: str = "switch") -> dict:
+    if program == "nic":
+        return {"program": "nic", **_nic_campaign(frames, seed)}
     dp = SwitchDataplane()
     try:
         with fuzz.fuzz_switch(dp, f"rlfz{os.getpid()}") as sw:
-            return _campaign(sw, frames, seed)
+            return {"program": "switch", **_campaign(sw, frames, seed)}
     finally:
         dp.close()
 
@@ -60,6 +66,33 @@ def _campaign(sw: fuzz.FuzzSwitch, frames: int, seed: int) -> dict:
     return {"frames": sum(verdicts.values()), "seed": seed, "verdicts": dict(verdicts),
             "drop_reasons": {r: n for r, n in reasons.items() if n},
             "pfc_frames": pfc_frames, "pfc_frames_accepted": drops_without_reason,
+            "violations": sum(violations.values()), "violation_kinds": dict(violations),
+            "examples": examples, "elapsed_s": round(elapsed, 2),
+            "frames_per_s": round(sum(verdicts.values()) / elapsed) if elapsed else None}
+
+
+def _nic_campaign(frames: int, seed: int) -> dict:
+    from dataplane.nic.responder import NicResponder   # why: only this campaign loads the NIC
+
+    verdicts: collections.Counter = collections.Counter()
+    violations: collections.Counter = collections.Counter()
+    examples: list[dict] = []
+    started = time.perf_counter()
+    with NicResponder(max_qps=1024) as nic:
+        hostile = filter(_deliverable, fuzz.random_frames(seed, favour="railab-data"))
+        for consume in (False, True):
+            nic.configure(mode="respond", consume=consume, cnp_interval_us=1.0)
+            for frame in itertools.islice(hostile, frames // 2 + (frames % 2 if consume else 0)):
+                result = progtest.prog_test_run(nic.prog_fd, frame)
+                verdicts[result.verdict] += 1
+                for problem in fuzz.judge_nic(frame, result.verdict, result.data, consume=consume):
+                    violations[problem] += 1
+                    if len(examples) < EXAMPLES_KEPT:
+                        examples.append({"problem": problem, "verdict": result.verdict, "frame": frame.hex()})
+        counters = nic.counters()
+    elapsed = time.perf_counter() - started
+    return {"frames": sum(verdicts.values()), "seed": seed, "verdicts": dict(verdicts),
+            "nic_counters": {k: v for k, v in counters.items() if v},
             "violations": sum(violations.values()), "violation_kinds": dict(violations),
             "examples": examples, "elapsed_s": round(elapsed, 2),
             "frames_per_s": round(sum(verdicts.values()) / elapsed) if elapsed else None}

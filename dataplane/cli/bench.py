@@ -80,6 +80,8 @@ def register(sub) -> None:
                                        "and forwarding checked against its routes, frame by frame")
     fz.add_argument("--frames", type=positive(int), default=1_000_000, help="frames to try (default 1,000,000)")
     fz.add_argument("--seed", type=int, default=1, help="the same seed tries the same frames (default 1)")
+    fz.add_argument("--program", choices=("switch", "nic"), default="switch",
+                    help="the switch program (default) or the kernel NIC's responder on a host port")
     fz.add_argument("--json", action="store_true")
     fz.set_defaults(func=run_fuzz)
     u = which.add_parser("ui", help="railab ui's updates and CPU on the 56-node dual-plane lab")
@@ -378,18 +380,22 @@ def run_fuzz(args) -> int:
     from dataplane.bench.fuzz import bench_fuzz   # deferred: it imports scapy and bcc
 
     lifecycle.require_root()
-    result = bench_fuzz(frames=args.frames, seed=args.seed)
+    result = bench_fuzz(frames=args.frames, seed=args.seed, program=args.program)
     if args.json:
         print(json.dumps(result, indent=2))
     else:
-        table = Table(title=f"railab bench fuzz: {result['frames']:,} hostile frames (seed {result['seed']}), "
+        table = Table(title=f"railab bench fuzz, {result['program']}: {result['frames']:,} hostile frames "
+                            f"(seed {result['seed']}), "
                             f"{result['frames_per_s']:,} frames/s")
         for col in ("verdict", "frames", "share"):
             table.add_column(col, justify="left" if col == "verdict" else "right", no_wrap=True)
         for verdict, n in sorted(result["verdicts"].items(), key=lambda kv: -kv[1]):
             table.add_row(verdict, f"{n:,}", f"{100 * n / result['frames']:.1f} %")
         output_console().print(table)
-        print("drop reasons: " + ", ".join(f"{r} {n:,}" for r, n in sorted(result["drop_reasons"].items())))
+        if "drop_reasons" in result:
+            print("drop reasons: " + ", ".join(f"{r} {n:,}" for r, n in sorted(result["drop_reasons"].items())))
+        else:
+            print("NIC counters: " + ", ".join(f"{k} {n:,}" for k, n in sorted(result["nic_counters"].items())))
         print(f"violations: {result['violations']}")
         for kind, n in result["violation_kinds"].items():
             print(f"  {n:,} x {kind}")

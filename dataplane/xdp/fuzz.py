@@ -14,8 +14,13 @@ the switch that `FuzzSwitch` programs, written from the rules, not from the prog
   own address, answered to the requester;
 - it passes to the switch's kernel only ARP and IPv4 for the switch's own address.
 
+The host side has its own judge (`judge_nic`): the kernel NIC's responder
+(bpf/nic/responder.c) may answer with XDP_TX only a RoCEv2 data frame it could parse,
+and only with a well-formed ACK or CNP back to the frame's sender (ICRC and IP checksum
+right); it may drop only data frames, and only when told to consume them.
+
 The property test (tests/bpf/test_fuzz.py, hypothesis) and the fuzz bench (`railab bench
-fuzz`, millions of frames) share the frames and the judge.
+fuzz`, millions of frames) share the frames and the judges.
 """
 from __future__ import annotations
 
@@ -34,6 +39,7 @@ from scapy.layers.inet6 import IPv6
 from scapy.layers.l2 import ARP, Dot1Q, Ether
 from scapy.packet import Raw
 
+from dataplane.wire import roce
 from dataplane.xdp import progtest
 
 ETH_IP, ETH_ARP, ETH_PFC = 0x0800, 0x0806, 0x8808
@@ -57,8 +63,8 @@ ROUTES = {
 }
 DESTINATIONS = ("10.1.0.7", "10.2.3.4", "10.3.0.9", "10.4.0.1", "10.5.0.1", "10.5.7.7", OWNED_IP,
                 "10.9.9.9", "255.255.255.255", "224.0.0.5", "0.0.0.0")
-KINDS = ("udp", "tcp", "roce", "arp", "pfc", "ipv6", "lldp", "vlan", "ip-options", "fragment",
-         "icmp", "random")
+KINDS = ("udp", "tcp", "roce", "railab-data", "arp", "pfc", "ipv6", "lldp", "vlan", "ip-options",
+         "fragment", "icmp", "random")
 # named fields a mutation may set (offset in an untagged IPv4 frame, width in bytes)
 FIELDS = {"ethertype": (12, 2), "ver_ihl": (14, 1), "tos": (15, 1), "tot_len": (16, 2),
           "frag": (20, 2), "ttl": (22, 1), "proto": (23, 1), "ip_csum": (24, 2), "dst_ip": (30, 4),
@@ -86,6 +92,14 @@ def base_frame(kind: str, dst_index: int, variant: int) -> bytes:
             / UDP(sport=rng.randrange(49152, 65536), dport=4791) \
             / BTH(opcode=rng.randrange(256), dqpn=rng.randrange(1 << 24), psn=rng.randrange(1 << 24),
                   ackreq=rng.randrange(2)) / Raw(b"\0" * size)
+    elif kind == "railab-data":     # what railab's senders send: the NIC's whole input
+        op = rng.choice(sorted(roce.DATA_OPCODES))
+        tpl = roce.FrameTemplate(src_mac=HOST_MAC, dst_mac=PORT_MAC[INGRESS], src_ip=HOST_IP, dst_ip=dst,
+                                 sport=rng.randrange(49152, 65536), dqpn=rng.randrange(1, 64), opcode=op,
+                                 payload_len=rng.choice((roce.RAILAB_HLEN, 256, 1024)),
+                                 ecn=rng.choice((roce.ECN_ECT0, roce.ECN_CE)))
+        seq = rng.randrange(8)
+        return bytes(tpl.fill(seq, bool(rng.randrange(2)), 1, 0x21, 0, seq, 0, 1, 256, 1, 1))
     elif kind == "arp":
         target = rng.choice((OWNED_IP, dst, HOST_IP))
         pkt = eth / ARP(op=rng.choice((1, 1, 2, 3)), hwsrc=HOST_MAC, psrc=HOST_IP, pdst=target)
@@ -147,13 +161,22 @@ def corpus() -> tuple[bytes, ...]:
                  for variant in range(CORPUS_VARIANTS))
 
 
-def random_frames(seed: int) -> Iterator[bytes]:
+def corpus_of(kind: str) -> tuple[bytes, ...]:
+    """The corpus frames of one kind."""
+    per_kind = len(DESTINATIONS) * CORPUS_VARIANTS
+    at = KINDS.index(kind) * per_kind
+    return corpus()[at:at + per_kind]
+
+
+def random_frames(seed: int, favour: str | None = None) -> Iterator[bytes]:
     """Endless hostile frames for the bench: a base frame of the corpus with zero to four
-    mutations, from one seed (the same seed gives the same frames)."""
+    mutations, from one seed (the same seed gives the same frames). favour: a kind that
+    half the base frames are of (the NIC parses deeply only railab's data frames)."""
     rng = random.Random(seed)
     bases = corpus()
+    favoured = corpus_of(favour) if favour else bases
     while True:
-        frame = rng.choice(bases)
+        frame = rng.choice(favoured if rng.random() < 0.5 else bases)
         ops = [(rng.choice(MUTATIONS), rng.randrange(1 << 16), rng.randrange(1 << 32))
                for _ in range(rng.choice((0, 1, 1, 2, 4)))]
         yield mutate(frame, ops)
@@ -266,6 +289,34 @@ def _judge_forwarded(frame: bytes, out: bytes) -> list[str]:
     skip = {15, 22, 24, 25}
     if any(out[i] != frame[i] for i in range(14, len(frame)) if i not in skip):
         problems.append("bytes beyond the rewritten fields changed")
+    return problems
+
+
+def judge_nic(frame: bytes, verdict: str, out: bytes, *, consume: bool) -> list[str]:
+    """What the NIC's responder did wrong with `frame` (module doc)."""
+    if verdict in ("aborted", "redirect"):
+        return [f"verdict {verdict}"]
+    if verdict == "pass":
+        return []
+    data = roce.parse(frame)
+    if data is None or not data.is_data or data.hdr is None or parse_ipv4(frame) is None:
+        return [f"{verdict} of a frame that is no RoCEv2 data frame"]
+    if verdict == "drop":
+        return [] if consume else ["dropped a data frame without being told to consume"]
+    if verdict != "tx":
+        return [f"unknown verdict {verdict}"]
+    answer = roce.parse(out, verify=True)
+    if answer is None or answer.opcode not in (roce.Opcode.ACK, roce.Opcode.CNP):
+        return ["answered with something that is neither an ACK nor a CNP"]
+    problems = []
+    if not answer.icrc_ok:
+        problems.append("answer's ICRC is wrong")
+    if _csum(out[14:34]) != 0xFFFF:
+        problems.append("answer's IP header checksum is wrong")
+    if (out[0:6], out[6:12]) != (frame[6:12], frame[0:6]):
+        problems.append("answer is not addressed back to the frame's sender (MACs)")
+    if (answer.src_ip, answer.dst_ip) != (data.dst_ip, data.src_ip):
+        problems.append("answer is not addressed back to the frame's sender (IPs)")
     return problems
 
 

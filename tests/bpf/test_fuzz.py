@@ -15,7 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from dataplane.kernel.netns import in_netns
-from dataplane.xdp import fuzz
+from dataplane.xdp import fuzz, progtest
 
 FRAMES = 2500
 # derandomized: CI sees the same frames each run, and a failure names its frame
@@ -125,3 +125,29 @@ def test_the_fuzz_bench_reports_its_campaign():
     assert set(result["verdicts"]) <= {"drop", "pass", "redirect"} and result["verdicts"]["redirect"] > 0
     assert result["pfc_frames_accepted"] <= result["pfc_frames"]
     assert sum(result["drop_reasons"].values()) + result["pfc_frames_accepted"] == result["verdicts"]["drop"]
+
+
+@pytest.fixture(scope="module")
+def nic():
+    from dataplane.nic.responder import NicResponder   # why: the NIC's tests only
+    with NicResponder(max_qps=64) as responder:
+        yield responder
+
+
+def _data_frame(index: int, mutations) -> bytes:
+    return fuzz.mutate(fuzz.corpus_of("railab-data")[index], mutations)
+
+
+# half of them railab's data frames: the NIC parses deeply only those
+nic_frames = st.one_of(frames, st.builds(_data_frame, st.integers(0, len(fuzz.DESTINATIONS) * fuzz.CORPUS_VARIANTS - 1),
+                                         ops).filter(_deliverable))
+
+
+@SETTINGS
+@given(frame=nic_frames, consume=st.booleans(), open_loop=st.booleans())
+def test_hostile_frames_at_the_nic(nic, frame, consume, open_loop):
+    """The kernel NIC's responder: answers only data frames, only with a well-formed ACK or
+    CNP to their sender, drops only what it was told to consume, never aborts."""
+    nic.configure(mode="respond", consume=consume, open_loop=open_loop, cnp_interval_us=1.0)
+    result = progtest.prog_test_run(nic.prog_fd, frame)
+    assert fuzz.judge_nic(frame, result.verdict, result.data, consume=consume) == [], frame.hex()
