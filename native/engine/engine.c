@@ -77,6 +77,15 @@
 #define PACKET_QDISC_BYPASS_ 20
 
 #define BATCH_MAX 64
+/* Waits longer than the spin window sleep (clock_nanosleep, 1 ns timer slack) until the
+ * window's start, then spin. Under SCHED_FIFO wake-ups are prompt, so the window is short
+ * and a paced engine sleeps between packets; under the normal scheduler it is longer. */
+#define SPIN_FIFO_NS 2000
+#define SPIN_OTHER_NS 20000
+/* A FIFO engine that has not slept for BREATHE_AFTER_NS (unpaced, or behind) sleeps
+ * BREATHE_NS: the normal tasks of its CPU get a moment, not only the kernel's RT limit. */
+#define BREATHE_AFTER_NS 2000000
+#define BREATHE_NS 20000
 #define RETRY_TRIES 50
 #define RETRY_SLEEP_NS 20000
 
@@ -537,7 +546,10 @@ static void alloc_batches(void)
 static int dumping;
 static FILE *dump_fp;
 static int64_t vclock;                    /* the virtual clock of --dump */
-static int64_t spin_ns = 20000;
+static int64_t spin_ns = -1;              /* default: SPIN_FIFO_NS or SPIN_OTHER_NS */
+static int fifo;
+static int64_t last_sleep_ns;
+static uint64_t n_breathers;
 static int batch_max = 32;
 
 static inline int64_t now_ns(void) { return dumping ? vclock : mono_ns(); }
@@ -558,6 +570,7 @@ static int64_t wait_until(int64_t t)
             struct timespec ts = {wake / 1000000000LL, wake % 1000000000LL};
             clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL);
             n_sleeps++;
+            last_sleep_ns = wake;
         } else {
             __builtin_ia32_pause();
         }
@@ -672,6 +685,12 @@ static int64_t run(int64_t start)
             now = wait_until(due);
         if ((end && now >= end) || stop_flag)
             break;
+        if (fifo && !dumping && now - last_sleep_ns > BREATHE_AFTER_NS) {
+            struct timespec ts = {0, BREATHE_NS};
+            nanosleep(&ts, NULL);
+            n_breathers++;
+            last_sleep_ns = now = mono_ns();
+        }
         int total = 0;
         while (heap_n && flows[heap[0]].due <= now && total < batch_max) {
             struct port *p = &ports[flows[heap[0]].port];
@@ -718,7 +737,11 @@ int main(int argc, char **argv)
         else if (!strcmp(a, "--start") && i + 1 < argc) vstart = num_arg(a, argv[++i]);
         else if (!strcmp(a, "--no-fifo")) want_fifo = 0;
         else if (!strcmp(a, "--cpu") && i + 1 < argc) cpu = (int)num_arg(a, argv[++i]);
-        else if (!strcmp(a, "--spin-ns") && i + 1 < argc) spin_ns = num_arg(a, argv[++i]);
+        else if (!strcmp(a, "--spin-ns") && i + 1 < argc) {
+            spin_ns = num_arg(a, argv[++i]);
+            if (spin_ns < 0)
+                die("--spin-ns must be >= 0");
+        }
         else if (!strcmp(a, "--batch") && i + 1 < argc) batch_max = (int)num_arg(a, argv[++i]);
         else if (a[0] == '-' || sched) usage();
         else sched = a;
@@ -727,8 +750,6 @@ int main(int argc, char **argv)
         usage();
     if (batch_max < 1 || batch_max > BATCH_MAX)
         die("--batch %d: must be 1..%d", batch_max, BATCH_MAX);
-    if (spin_ns < 0)
-        die("--spin-ns must be >= 0");
 
     struct sigaction sa = {.sa_handler = on_term};   /* no SA_RESTART: a read() returns EINTR */
     sigaction(SIGTERM, &sa, NULL);
@@ -753,7 +774,6 @@ int main(int argc, char **argv)
         dump_fp = NULL;
     }
 
-    int fifo = 0;
     int64_t start = vstart, t_end = 0;
     if (!dump) {
         open_sockets();
@@ -768,6 +788,8 @@ int main(int argc, char **argv)
             struct sched_param sp = {.sched_priority = 1};
             fifo = sched_setscheduler(0, SCHED_FIFO | SCHED_RESET_ON_FORK, &sp) == 0;
         }
+        if (spin_ns < 0)
+            spin_ns = fifo ? SPIN_FIFO_NS : SPIN_OTHER_NS;
         prctl(PR_SET_TIMERSLACK, 1, 0, 0, 0);
         mlockall(MCL_CURRENT);
         printf("ready\n");
@@ -794,6 +816,7 @@ int main(int argc, char **argv)
         if (sscanf(line, "go %lld%c", &s, &extra) < 1 || s < 0)
             die("stdin: expected 'go <start_ns>', got '%.*s'", (int)strcspn(line, "\n"), line);
         start = s ? s : mono_ns();
+        last_sleep_ns = mono_ns();
         t_end = run(start);
     } else {
         t_end = vclock;
@@ -823,13 +846,13 @@ int main(int argc, char **argv)
            (unsigned long long)hist_pct(0.9), (unsigned long long)hist_pct(0.99),
            (unsigned long long)late_max);
     printf("\"engine\": {\"version\": %d, \"ports\": %u, \"sockets\": %u, \"flows\": %u, "
-           "\"batches\": %llu, \"syscalls\": %llu, \"retries\": %llu, \"sleeps\": %llu, "
+           "\"batches\": %llu, \"syscalls\": %llu, \"retries\": %llu, \"sleeps\": %llu, \"breathers\": %llu, "
            "\"batch_max\": %d, \"spin_ns\": %lld, \"fifo\": %s, \"cpu\": %d, \"dump\": %s, "
            "\"stopped\": %s, \"cut_by_duration\": %s, \"unsent_flows\": %u, \"start_ns\": %lld, "
            "\"last_errno\": %d}}\n",
            SCHED_VERSION, nports, dump ? 0 : nports, nflows, (unsigned long long)n_batches,
            (unsigned long long)n_syscalls, (unsigned long long)n_retries,
-           (unsigned long long)n_sleeps, batch_max, (long long)spin_ns, fifo ? "true" : "false",
+           (unsigned long long)n_sleeps, (unsigned long long)n_breathers, batch_max, (long long)spin_ns, fifo ? "true" : "false",
            cpu, dump ? "true" : "false", stop_flag ? "true" : "false",
            (heap_n && !stop_flag) ? "true" : "false", heap_n, (long long)start, last_errno);
     fflush(stdout);
