@@ -164,3 +164,25 @@ def test_nothing_is_left_behind(pair, tmp_path):
     with in_netns(a):
         with open("/proc/thread-self/net/packet") as fh:
             assert fh.read().splitlines()[1:] == []
+
+
+def test_one_engine_sends_for_ports_in_two_namespaces(netns, tmp_path):
+    """Each port's socket is made inside its own namespace (setns there and back)."""
+    a1, a2, b = netns("engs1"), netns("engs2"), netns("engr")
+    for ns, tx, rx in ((a1, "t1", "r1"), (a2, "t2", "r2")):
+        sh(["ip", "link", "add", tx, "netns", ns, "type", "veth", "peer", "name", rx, "netns", b])
+        for n, ifname in ((ns, tx), (b, rx)):
+            sh(["ip", "-n", n, "link", "set", ifname, "addrgenmode", "none"])
+            sh(["ip", "-n", n, "link", "set", ifname, "up"])
+    ports = {"h1:t1": (a1, "t1"), "h2:t2": (f"/var/run/netns/{a2}", "t2")}
+    flows = {"h1:t1": [(flow(1, [2000] * 30, rate_bps=5e8), MAC_A, MAC_B)],
+             "h2:t2": [(flow(2, [100] * 40, rate_bps=1e8, opcode="write"), MAC_A, MAC_B),
+                       (flow(3, [5000] * 5, rate_bps=0), MAC_A, MAC_B)]}
+    n = engine.write_schedule(tmp_path / "s", ports, flows)
+    caps = {"r1": Capture(b, "r1"), "r2": Capture(b, "r2")}
+    rep = run(tmp_path / "s", fifo=False)
+    got = {k: c.frames() for k, c in caps.items()}
+    assert rep["packets"] == n and rep["engine"]["sockets"] == 2 and rep["engine"]["fifo"] is False
+    assert {p.hdr.flow_id for p in got["r1"]} == {1} and {p.hdr.flow_id for p in got["r2"]} == {2, 3}
+    assert len(got["r1"]) + len(got["r2"]) == n
+    assert rep["per_flow_packets"] == {1: 60, 2: 40, 3: 25}
