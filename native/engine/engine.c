@@ -98,6 +98,14 @@ struct msg {
     uint64_t start_ns;
 };
 
+/* CRC-32 of a frame's constant tail (filler + pad) for one payload length, and zlib's
+ * operator to append it: the per-packet CRC then runs over the variable bytes only */
+struct tail_crc {
+    uint32_t plen;
+    uLong crc, op;
+};
+#define TAIL_CACHE 4
+
 struct flow {
     uint32_t port, flow_id;
     uint8_t smac[6], dmac[6], sip[4], dip[4];
@@ -111,6 +119,8 @@ struct flow {
     uint32_t mi, pi, npk, seq;
     int64_t due, msg_start;
     uint64_t sent;
+    struct tail_crc tails[TAIL_CACHE];
+    uint32_t tail_next;
 };
 
 struct port {
@@ -329,7 +339,19 @@ static uint16_t ip_csum(const uint8_t *h)
 }
 
 /* Writes the frame of flow f's next packet into b; returns its length. */
-static size_t build_frame(const struct flow *f, uint8_t *b, int64_t ts, int64_t msg_start)
+static const struct tail_crc *tail_crc(struct flow *f, uint32_t plen, const uint8_t *tail, size_t n)
+{
+    for (int i = 0; i < TAIL_CACHE; i++)
+        if (f->tails[i].plen == plen)
+            return &f->tails[i];
+    struct tail_crc *c = &f->tails[f->tail_next++ % TAIL_CACHE];
+    c->plen = plen;
+    c->crc = crc32(0L, tail, (uInt)n);
+    c->op = crc32_combine_gen((z_off_t)n);
+    return c;
+}
+
+static size_t build_frame(struct flow *f, uint8_t *b, int64_t ts, int64_t msg_start)
 {
     const struct msg *m = &f->msgs[f->mi];
     uint32_t plen = chunk_len(m->size, f->mtu, f->pi, f->npk);
@@ -400,7 +422,12 @@ static size_t build_frame(const struct flow *f, uint8_t *b, int64_t ts, int64_t 
     memcpy(pre + 8 + IP_HLEN + UDP_HLEN, bth, 8);
     pre[8 + IP_HLEN + UDP_HLEN + 4] = 0xFF;
     uLong crc = crc32(0L, pre, sizeof pre);
-    crc = crc32(crc, bth + 8, (uInt)(len - ICRC_LEN - (size_t)(bth + 8 - b)));
+    crc = crc32(crc, bth + 8, (uInt)(p + RAILAB_HLEN - (bth + 8)));
+    size_t tail = plen - RAILAB_HLEN + pad;
+    if (tail) {
+        const struct tail_crc *c = tail_crc(f, plen, p + RAILAB_HLEN, tail);
+        crc = crc32_combine_op(crc, c->crc, c->op);
+    }
     uint8_t *ic = b + len - ICRC_LEN;
     ic[0] = (uint8_t)crc; ic[1] = (uint8_t)(crc >> 8); ic[2] = (uint8_t)(crc >> 16); ic[3] = (uint8_t)(crc >> 24);
     return len;
