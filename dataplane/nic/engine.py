@@ -81,7 +81,7 @@ def write_schedule(path: str | os.PathLike, ports: Mapping[str, tuple[str | None
     engine's own namespace, a name = /var/run/netns/<name>, "/..." = a path.
     flows: port key -> [(Flow, src_mac, dst_mac) or (Flow, src_mac, dst_mac, psn0)]; psn0
     defaults to FlowFramer's. Each Flow's messages, rate_bps (Ethernet frame bits per
-    second, 0: unpaced), mtu, opcode kind, DSCP, addresses and QPs go in as they are; every
+    wall-clock second, 0: unpaced; as send_flows takes it, the lab's scale already applied), mtu, opcode kind, DSCP, addresses and QPs go in as they are; every
     frame has `ecn`. duration_s, burst, burst_ns: as send_flows'."""
     keys = list(ports)
     unknown = set(flows) - set(keys)

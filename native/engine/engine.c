@@ -12,7 +12,7 @@
  * frames due together leave in one sendmmsg() per port.
  *
  * Protocol: prints "ready" once the sockets are open, waits for "go <start_ns>" on stdin
- * (CLOCK_MONOTONIC ns: the common start), sends, prints one JSON line (the report) and
+ * (CLOCK_MONOTONIC ns: the common start; "go" or 0: now), sends, prints one JSON line (the report) and
  * exits 0. stdin closed or SIGTERM before "go": exits 0, nothing sent. SIGTERM while
  * sending: stops, reports. Errors: one line on stderr, exit 2.
  *
@@ -838,9 +838,11 @@ int main(int argc, char **argv)
             if (n == sizeof line - 1)
                 die("stdin: expected 'go <start_ns>', got a long line");
         }
-        long long s;
-        char extra;
-        if (sscanf(line, "go %lld%c", &s, &extra) < 1 || s < 0)
+        /* "go <start_ns>" or "go" (0: now), as hostrun's runner says it */
+        long long s = 0;
+        char word[8], tail[2];
+        int k = sscanf(line, "%7s %lld %1s", word, &s, tail);
+        if (k < 1 || k > 2 || strcmp(word, "go") || s < 0)
             die("stdin: expected 'go <start_ns>', got '%.*s'", (int)strcspn(line, "\n"), line);
         start = s ? s : mono_ns();
         last_sleep_ns = mono_ns();

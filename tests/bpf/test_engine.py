@@ -186,3 +186,17 @@ def test_one_engine_sends_for_ports_in_two_namespaces(netns, tmp_path):
     assert {p.hdr.flow_id for p in got["r1"]} == {1} and {p.hdr.flow_id for p in got["r2"]} == {2, 3}
     assert len(got["r1"]) + len(got["r2"]) == n
     assert rep["per_flow_packets"] == {1: 60, 2: 40, 3: 25}
+
+
+def test_go_without_a_time_starts_now_and_a_bad_line_is_one_clear_error(pair, tmp_path):
+    a, _b = pair
+    engine.write_schedule(tmp_path / "s", {"p": (a, "e0")}, {"p": [(flow(1, [100] * 10), MAC_A, MAC_B)]})
+    with engine.SendEngine(tmp_path / "s") as eng:
+        eng.proc.stdin.write(b"go\n")
+        eng.proc.stdin.flush()
+        assert eng.result(timeout=30)["packets"] == 10
+    with engine.SendEngine(tmp_path / "s") as eng:
+        eng.proc.stdin.write(b"start 5\n")
+        eng.proc.stdin.flush()
+        with pytest.raises(engine.EngineError, match=r"exit 2\): railab-engine: stdin: expected 'go <start_ns>'"):
+            eng.result(timeout=30)
