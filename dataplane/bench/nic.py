@@ -9,7 +9,8 @@
   (kernel receive stamp, mapped to CLOCK_MONOTONIC): lateness = arrival - due, and
   send-stamp lateness = the railab header's send stamp - due, measured the same way for
   both senders. Rows at `pps` and at `slow_pps` (a rate the Python sender holds).
-* unpaced: the same senders with no rate (every packet due at the start) for a moment:
+* unpaced: the same senders with no rate (every packet due at the start) for a moment,
+  and the Python sender's fastest path (send_stream: one stream, sendmmsg batches of 32):
   packets per second counted by the receiving interface.
 
 Needs root; the namespaces and processes are gone when it returns.
@@ -175,8 +176,15 @@ def _unpaced_row(pair: VethPair, who: str, duration_s: float, tmp: Path) -> dict
     r0 = rx_packets(pair.rx_ns, pair.rx_if)
     if who == "engine":
         _, rep = _run_engine(pair, flows, tmp / "unpaced.sched", duration_s)
-    else:
+    elif who == "python":
         _, rep = _run_python(pair, flows, duration_s)
+    else:                       # the Python sender's fastest path: one stream, sendmmsg x32
+        sock = sender.open_tx_socket(pair.tx_if, pair.tx_ns)
+        try:
+            st = sender.StreamTemplate(src_mac=SRC_MAC, dst_mac=DST_MAC, frame_bytes=roce.frame_len(MSG_BYTES))
+            rep = sender.send_stream(sock, st, pps=None, duration_s=duration_s, batch=32).to_dict()
+        finally:
+            sock.close()
     time.sleep(0.05)
     received = rx_packets(pair.rx_ns, pair.rx_if) - r0
     return {"sender": who, "sent": rep["packets"], "received": received, "elapsed_s": rep["elapsed_s"],
@@ -199,7 +207,7 @@ def bench_nic(*, pps: float = 100_000, slow_pps: float = 10_000, duration_s: flo
             for who in ("engine", "python"):
                 say(f"pacing: {who} at {rate:,.0f} packets/s ...")
                 rows.append(_pacing_row(pair, who, rate, duration_s, Path(tmp)))
-        for who in ("engine", "python"):
+        for who in ("engine", "python", "python-sendmmsg"):
             say(f"unpaced: {who} ...")
             unpaced.append(_unpaced_row(pair, who, unpaced_s, Path(tmp)))
     out["pacing"] = {"flows": FLOWS, "frame_bytes": frame, "duration_s": duration_s, "rows": rows,

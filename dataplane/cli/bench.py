@@ -418,8 +418,10 @@ def run_nic(args) -> int:
     for col in ("sender", "sent /s", "received /s"):
         table.add_column(col, justify="left" if col == "sender" else "right", no_wrap=True)
     for r in unpaced["rows"]:
-        table.add_row("native engine (sendmmsg)" if r["sender"] == "engine" else "Python send_flows (send)",
-                      f"{r['sent_pps']:,.0f}", f"{r['received_pps']:,.0f}")
+        label = {"engine": "native engine (send_flows' schedule, sendmmsg)",
+                 "python": "Python send_flows (send per frame)",
+                 "python-sendmmsg": "Python send_stream (one stream, sendmmsg x32)"}[r["sender"]]
+        table.add_row(label, f"{r['sent_pps']:,.0f}", f"{r['received_pps']:,.0f}")
     console.print(table)
     m = result["machine"]
     print(f"target: engine lateness p99 <= {pacing['target_p99_us']:g} us at 100,000 packets/s; "

@@ -82,6 +82,9 @@
  * and a paced engine sleeps between packets; under the normal scheduler it is longer. */
 #define SPIN_FIFO_NS 2000
 #define SPIN_OTHER_NS 20000
+/* A wait longer than LONG_WAIT_NS sleeps until WAKE_EARLY_NS before the due time, then spins. */
+#define LONG_WAIT_NS 50000
+#define WAKE_EARLY_NS 25000
 /* A FIFO engine that has not slept for BREATHE_AFTER_NS (unpaced, or behind) sleeps
  * BREATHE_NS: the normal tasks of its CPU get a moment, not only the kernel's RT limit. */
 #define BREATHE_AFTER_NS 2000000
@@ -588,12 +591,16 @@ static int64_t wait_until(int64_t t)
             vclock = t;
         return vclock;
     }
+    int spin_only = 0;
     for (;;) {
         int64_t now = mono_ns();
         if (now >= t || stop_flag)
             return now;
-        if (t - now > spin_ns) {
-            int64_t wake = t - spin_ns;
+        if (!spin_only && t - now > spin_ns) {
+            /* a long wait wakes earlier (an idle CPU wakes slowly) and then only spins */
+            int64_t early = t - now > LONG_WAIT_NS ? WAKE_EARLY_NS : spin_ns;
+            spin_only = early > spin_ns;
+            int64_t wake = t - early;
             struct timespec ts = {wake / 1000000000LL, wake % 1000000000LL};
             clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL);
             n_sleeps++;

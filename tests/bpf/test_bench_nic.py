@@ -26,6 +26,6 @@ def test_bench_nic_json_shape(capsys):
     engine_rows = [r for r in rows if r["sender"] == "engine"]
     assert all(r["sent"] == r["scheduled"] and r["engine_lateness_ns"]["count"] == r["sent"] for r in engine_rows)
     unpaced = out["unpaced"]["rows"]
-    assert [r["sender"] for r in unpaced] == ["engine", "python"]
+    assert [r["sender"] for r in unpaced] == ["engine", "python", "python-sendmmsg"]
     assert all(r["sent_pps"] > 0 and r["received"] > 0 for r in unpaced)
     assert out["machine"]["cpus"] >= 1
