@@ -6,7 +6,7 @@ PY      := $(VENV)/bin/python
 RAILAB  := $(VENV)/bin/railab
 DEMO_LAB := labs/rail-optimized/rail-optimized.clab.yml
 
-.PHONY: setup test test-unit check docs demo labs clean
+.PHONY: setup test test-unit check docs demo labs clean native
 
 setup:
 	@bash scripts/setup.sh
@@ -25,6 +25,10 @@ check: setup
 docs:
 	@command -v mkdocs >/dev/null || bash scripts/setup.sh
 	mkdocs build --strict --site-dir site
+
+# the native send engine (native/engine, gcc) into its cache; prints the binary's path
+native:
+	$(PY) -m dataplane.nic.engine
 
 # the demo runs on network namespaces: it needs no containerlab build
 demo:

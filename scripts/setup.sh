@@ -34,6 +34,8 @@ APT_PACKAGES=(
     mkdocs mkdocs-material
     # bcc and what it compiles with
     bpfcc-tools libbpfcc clang llvm linux-headers-amd64
+    # the native send engine (native/engine: C with zlib's crc32)
+    gcc libc6-dev zlib1g-dev
     # tools the data-plane tests and benchmarks drive
     iproute2 iputils-ping iperf3 ethtool tcpdump bpftool netsniff-ng procps psmisc make
     # railab's container node image is built from this static binary
@@ -98,4 +100,8 @@ if [[ $EUID -eq 0 ]]; then
     "$VENV/bin/python" -m dataplane.agent.prebuild | sed 's/^/setup: /' \
         || echo "setup: could not prebuild the XDP object; the first deploy will compile it" >&2
 fi
+# The native send engine (native/engine), compiled now into its cache (keyed by the
+# sources and gcc's version), so that the first run does not wait for gcc.
+"$VENV/bin/python" -m dataplane.nic.engine | sed 's/^/setup: send engine: /' \
+    || echo "setup: could not build the send engine; the first run will try again" >&2
 echo "setup: ready ($VENV)"

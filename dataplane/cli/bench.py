@@ -84,6 +84,17 @@ def register(sub) -> None:
                     help="the switch program (default) or the kernel NIC's responder on a host port")
     fz.add_argument("--json", action="store_true")
     fz.set_defaults(func=run_fuzz)
+    nc = which.add_parser("nic", help="the kernel NIC against the Python hosts: ACK turnaround, the send "
+                                      "engine's pacing and top rate against the Python sender's")
+    nc.add_argument("--pps", type=positive(float), default=100_000.0,
+                    help="aggregate packets/s both senders are asked to pace (default 100,000)")
+    nc.add_argument("--slow-pps", type=positive(float), default=10_000.0,
+                    help="a second, lower rate (one the Python sender holds)")
+    nc.add_argument("--duration", type=positive(float), default=1.0, help="seconds per pacing row")
+    nc.add_argument("--unpaced", type=positive(float), default=0.5, help="seconds per unpaced row")
+    nc.add_argument("--round-trips", type=positive(int), default=2000, help="ACK turnaround samples per responder")
+    nc.add_argument("--json", action="store_true")
+    nc.set_defaults(func=run_nic)
     u = which.add_parser("ui", help="railab ui's updates and CPU on the 56-node dual-plane lab")
     u.add_argument("--duration", type=positive(float), default=30.0, help="seconds subscribed")
     u.add_argument("--interval", type=positive(float), default=0.5, help="seconds between updates")
@@ -402,6 +413,59 @@ def run_fuzz(args) -> int:
         for ex in result["examples"]:
             print(f"  e.g. {ex['verdict']}: {ex['frame']}")
     return 1 if result["violations"] else 0
+
+def run_nic(args) -> int:
+    from dataplane.bench.nic import bench_nic   # deferred: it imports scapy and bcc
+
+    lifecycle.require_root()
+    result = bench_nic(pps=args.pps, slow_pps=args.slow_pps, duration_s=args.duration,
+                       unpaced_s=args.unpaced, round_trips=args.round_trips,
+                       log=lambda text: print(text, file=sys.stderr, flush=True))
+    if args.json:
+        print(json.dumps(result, indent=2))
+        return 0
+    console = output_console()
+    ack = result["ack_turnaround"]
+    table = Table(title=f"ACK turnaround ({ack['round_trips']:,} round trips each, us)")
+    for col in ("responder", "p50", "p99", "max", "missed"):
+        table.add_column(col, justify="left" if col == "responder" else "right", no_wrap=True)
+    for key, label in (("kernel", "kernel NIC (XDP)"), ("python", "Python go-back-N")):
+        r = ack[key]
+        table.add_row(label, _fmt_us(r.get("p50_us")), _fmt_us(r.get("p99_us")), _fmt_us(r.get("max_us")),
+                      str(r.get("missed", "-")))
+    console.print(table)
+    pacing = result["pacing"]
+    table = Table(title=f"pacing: {pacing['flows']} flows, {pacing['frame_bytes']}-byte frames, "
+                        f"{pacing['duration_s']:g} s; lateness = arrival (or send stamp) - due, us")
+    for col in ("sender", "target /s", "achieved /s", "sent", "received", "arrival p50", "p99", "max",
+                "stamp p50", "p99 ", "max "):
+        table.add_column(col, justify="left" if col == "sender" else "right", no_wrap=True)
+    for r in pacing["rows"]:
+        a, st = r["lateness"]["arrival"], r["lateness"]["send_stamp"]
+        table.add_row("native engine" if r["sender"] == "engine" else "Python send_flows",
+                      f"{r['target_pps']:,.0f}", f"{r['achieved_pps']:,.0f}", f"{r['sent']:,}",
+                      f"{r['received']:,}", _fmt_us(a["p50_us"]), _fmt_us(a["p99_us"]), _fmt_us(a["max_us"]),
+                      _fmt_us(st["p50_us"]), _fmt_us(st["p99_us"]), _fmt_us(st["max_us"]))
+    console.print(table)
+    unpaced = result["unpaced"]
+    table = Table(title=f"unpaced: one flow, {unpaced['frame_bytes']}-byte frames, one veth, "
+                        f"{unpaced['duration_s']:g} s")
+    for col in ("sender", "sent /s", "received /s"):
+        table.add_column(col, justify="left" if col == "sender" else "right", no_wrap=True)
+    for r in unpaced["rows"]:
+        label = {"engine": "native engine (send_flows' schedule, sendmmsg)",
+                 "python": "Python send_flows (send per frame)",
+                 "python-sendmmsg": "Python send_stream (one stream, sendmmsg x32)"}[r["sender"]]
+        table.add_row(label, f"{r['sent_pps']:,.0f}", f"{r['received_pps']:,.0f}")
+    console.print(table)
+    m = result["machine"]
+    print(f"target: engine lateness p99 <= {pacing['target_p99_us']:g} us at 100,000 packets/s; "
+          f"{m['cpus']} CPUs, load average {m['loadavg_before'][0]:.2f} before, {m['loadavg_after'][0]:.2f} after")
+    return 0
+
+
+def _fmt_us(value) -> str:
+    return "-" if value is None else f"{value:,.1f}"
 
 
 def _fmt_ratio(value) -> str:
