@@ -414,6 +414,7 @@ def run_fuzz(args) -> int:
             print(f"  e.g. {ex['verdict']}: {ex['frame']}")
     return 1 if result["violations"] else 0
 
+
 def run_nic(args) -> int:
     from dataplane.bench.nic import bench_nic   # deferred: it imports scapy and bcc
 

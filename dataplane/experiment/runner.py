@@ -25,7 +25,7 @@ from dataplane.experiment.spec import NAV_MODES, Experiment, ModeSpec
 from dataplane.experiment import timeline
 from dataplane.agent.pathtrace import FlowKey, path_links, touches
 from dataplane.lab.fabric import Fabric
-from dataplane.nic.hosts import KernelReceivers, receive_side
+from dataplane.nic.hosts import KernelReceivers, KernelSenders, receive_side, send_side
 from dataplane.report import metrics
 from dataplane.runtime.labspec import LabSpec
 from dataplane.topology.model import TIER
@@ -349,12 +349,18 @@ def run_once(spec: LabSpec, experiment: Experiment, flows: list[wl.Flow], label:
                      "--cnp-interval-ns", str(timescale.wall_ns(cnp_us * 1000, scale))]
     receive, receive_why = receive_side(spec, experiment.hosts, closed_loop=cfg.closed_loop,
                                         has_events=bool(experiment.events))
+    send, send_why = send_side(experiment.hosts, closed_loop=cfg.closed_loop, pfc=bool(pause_plan))
     kernel_rx: KernelReceivers | None = None
+    kernel_tx: KernelSenders | None = None
     python_receivers = receivers if receive == "python" else []
+    python_senders = senders if send == "python" else {}
     before = fabric.snapshot()
     try:
         if receive == "kernel":
             kernel_rx = KernelReceivers(spec, receivers, max_qps=len(flows), scale=scale)
+        if send == "kernel":
+            kernel_tx = KernelSenders(spec, [(f.src_host, flow_port[f.flow_id], f) for f in flows],
+                                      experiment.duration_s)
         for host in python_receivers:
             ports = [i.name for i in by_name[host].interfaces]
             line = [i.speed_bps * scale for i in by_name[host].interfaces] if scale else []
@@ -365,7 +371,7 @@ def run_once(spec: LabSpec, experiment: Experiment, flows: list[wl.Flow], label:
             if line != "ready":
                 err = procs[host].receiver.stderr.read().strip().splitlines()
                 raise RuntimeError(f"receiver in {host} failed: {err[-1] if err else line}")
-        for host, items in senders.items():
+        for host, items in python_senders.items():
             gateway = {i.name: i.peer_mac for i in by_name[host].interfaces}
             proc = _spawn(["send", "--netns", procs[host].netns, "--duration", str(experiment.duration_s)])
             plan = {"flows": items, "gateway_mac": gateway}
@@ -378,7 +384,7 @@ def run_once(spec: LabSpec, experiment: Experiment, flows: list[wl.Flow], label:
             proc.stdin.write(json.dumps(plan) + "\n")
             proc.stdin.flush()
             procs[host].sender = proc
-        for host in senders:
+        for host in python_senders:
             line = procs[host].sender.stdout.readline().strip()
             if line != "ready":
                 err = procs[host].sender.stderr.read().strip().splitlines()
@@ -389,14 +395,20 @@ def run_once(spec: LabSpec, experiment: Experiment, flows: list[wl.Flow], label:
         started = clock.mark_start(at=time.monotonic() + GO_LEAD_S)
         if kernel_rx is not None:
             kernel_rx.start(int(started * 1e9))
-        for host in senders:
+        if kernel_tx is not None:
+            kernel_tx.go(int(started * 1e9))
+        for host in python_senders:
             procs[host].sender.stdin.write(f"go {int(started * 1e9)}\n")
             procs[host].sender.stdin.close()
         clock.start()
         sent: dict[str, int] = {}
         transport_tx: dict[str, dict] = {}
         host_pfc: dict[str, dict] = {}
-        for host in senders:
+        engine: dict = {}
+        if kernel_tx is not None:
+            engine = kernel_tx.finish(timeout_s=experiment.duration_s + GO_LEAD_S + 60)
+            sent.update(engine["per_flow_packets"])
+        for host in python_senders:
             proc = procs[host].sender
             out, err = proc.stdout.read(), proc.stderr.read()
             proc.wait(timeout=experiment.duration_s + CLOSED_LOOP_LIMIT_S + 60)
@@ -441,6 +453,8 @@ def run_once(spec: LabSpec, experiment: Experiment, flows: list[wl.Flow], label:
             faults.clear(spec.name)
         if kernel_rx is not None:
             kernel_rx.close()
+        if kernel_tx is not None:
+            kernel_tx.close()
         for p in procs.values():
             for proc in (p.sender, p.receiver):
                 if proc is not None and proc.poll() is None:
@@ -478,8 +492,10 @@ def run_once(spec: LabSpec, experiment: Experiment, flows: list[wl.Flow], label:
         "mode": label, "seed": seed, "duration_s": experiment.duration_s, "wall_s": elapsed,
         "transport": cfg.kind, "dcqcn": cfg.dcqcn is not None,
         # who played the NICs: the kernel NIC (dataplane.nic) or Python processes, and why
-        "hosts": {"receive": receive, "send": "python", "why": receive_why,
-                  **({"nic": received[0]["nic"]} if kernel_rx is not None else {})},
+        "hosts": {"receive": receive, "send": send, "why": {"receive": receive_why, "send": send_why},
+                  **({"nic": received[0]["nic"]} if kernel_rx is not None else {}),
+                  **({"engine": {"lateness_ns": engine.get("lateness_ns"), "errors": engine.get("errors"),
+                                 **engine.get("engine", {})}} if kernel_tx is not None else {})},
         "nodes": [{"name": n.name, "role": n.role, "rail": n.rail, "plane": n.plane} for n in spec.nodes],
         "links": links,
         "flows": flow_records,

@@ -1,4 +1,9 @@
-"""The receive side of a run's hosts as the kernel NIC: one responder object (one
+"""A run's hosts as the kernel NIC.
+
+Send side: one native engine (dataplane.nic.engine) sends every flow of every sending
+host from a schedule Python writes, paced in real-fabric time through the lab's scale.
+
+Receive side: one responder object (one
 program, one set of maps) attached to every port of every receiving host.
 
 The program books each data frame to its QP, answers as the open-loop receiver does
@@ -6,15 +11,18 @@ The program books each data frame to its QP, answers as the open-loop receiver d
 process reads it. At the end the maps become the answer hostrun's `recv` gives
 (dataplane.nic.report), so the runner and the reports see no difference.
 
-`receive_side()` says whether an experiment's run can use it, and if not, why: the
-Python hosts still do what the kernel NIC does not (module doc of dataplane.nic.report
-and docs/design/nic.md).
+`send_side()` and `receive_side()` say whether an experiment's run can use each, and if
+not, why: the Python hosts still do what the kernel NIC does not (module doc of
+dataplane.nic.report and docs/design/nic.md).
 """
 from __future__ import annotations
 
+import tempfile
 import threading
+from pathlib import Path
 
 from dataplane.nic import report
+from dataplane.nic.engine import EngineError, SendEngine, engine_binary, write_schedule
 from dataplane.nic.responder import NicResponder
 from dataplane.runtime.labspec import LabSpec
 from dataplane.traffic.receiver import RX_BIN_NS
@@ -35,6 +43,66 @@ def receive_side(spec: LabSpec, wanted: str, *, closed_loop: bool, has_events: b
     if has_events:
         return "python", "faults: loss windows need per-packet send times, which the kernel NIC does not keep"
     return "kernel", "open loop, XDP switches"
+
+
+def send_side(wanted: str, *, closed_loop: bool, pfc: bool) -> tuple[str, str]:
+    """("kernel" | "python", why) for the senders of a run whose experiment asked for
+    `wanted` hosts."""
+    if wanted == "python":
+        return "python", "the experiment asks for Python hosts"
+    if closed_loop:
+        return "python", "a closed-loop transport: the engine does not resend or run DCQCN yet"
+    if pfc:
+        return "python", "PFC: the engine does not honour pause frames yet"
+    try:
+        engine_binary()
+    except (EngineError, OSError) as err:
+        return "python", f"the send engine could not be built: {err}"
+    return "kernel", "open loop, no PFC"
+
+
+class KernelSenders:
+    """Every sending host's flows in one engine process (module doc). `sends`: (host, its
+    port, Flow) per flow. Use as a context manager: leaving it ends the engine."""
+
+    def __init__(self, spec: LabSpec, sends: list, duration_s: float | None):
+        by_name = {n.name: n for n in spec.nodes}
+        ports: dict[str, tuple[str, str]] = {}
+        flows: dict[str, list] = {}
+        for host, port, flow in sends:
+            iface = next(i for i in by_name[host].interfaces if i.name == port)
+            key = f"{host}:{port}"
+            ports[key] = (by_name[host].netns, port)
+            flows.setdefault(key, []).append((flow, iface.mac, iface.peer_mac))
+        self._folder = tempfile.TemporaryDirectory(prefix="railab-schedule-")
+        try:
+            path = Path(self._folder.name) / "schedule"
+            self.packets = write_schedule(path, ports, flows, duration_s=duration_s)
+            self.engine = SendEngine(path)
+        except BaseException:
+            self._folder.cleanup()
+            raise
+
+    def go(self, start_ns: int) -> None:
+        self.engine.go(start_ns)
+
+    def finish(self, timeout_s: float) -> dict:
+        """The engine's report, shaped as hostrun send's (per_flow_packets keyed by the
+        flow id as a string), with its lateness and its own figures."""
+        rep = self.engine.result(timeout=timeout_s)
+        return {**rep, "per_flow_packets": {str(k): v for k, v in rep["per_flow_packets"].items()}}
+
+    def close(self) -> None:
+        try:
+            self.engine.close()
+        finally:
+            self._folder.cleanup()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
 
 
 class KernelReceivers:

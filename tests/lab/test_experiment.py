@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import subprocess
 import textwrap
 from pathlib import Path
 
@@ -256,10 +257,11 @@ def test_an_experiment_on_a_deployed_lab_leaves_it_as_it_found_it(lab_factory, t
     assert results["plots"] and all(Path(p).exists() for p in results["plots"])
 
 
-def test_kernel_nic_receivers_book_what_the_python_receivers_book(lab_factory, tmp_path):
-    """The same short open-loop run with the kernel NIC's receive side and with the
-    Python receivers, on one lab: per flow the same packets, messages and no loss (a
-    light load), the run says who received, and no host port keeps an XDP program."""
+def test_the_kernel_nic_delivers_what_the_python_hosts_deliver(lab_factory, tmp_path):
+    """The same short open-loop run with the kernel NIC (the send engine and the XDP
+    responder) and with the Python hosts, on one lab: per flow the same packets, messages
+    and no loss (a light load), the run says who sent and received, and neither an engine
+    process nor an XDP program on a host port is left."""
     from dataplane.xdp import bpfio
     from dataplane.nic.responder import NicResponder
     from dataplane.wire import roce
@@ -276,7 +278,11 @@ def test_kernel_nic_receivers_book_what_the_python_receivers_book(lab_factory, t
         folder = Path(json.loads(report.stdout)["folder"])
         results[hosts] = json.loads((folder / "results.json").read_text())["modes"]["spray-rr"]["runs"][0]
     kernel, python = results["kernel"], results["python"]
-    assert kernel["hosts"]["receive"] == "kernel" and python["hosts"]["receive"] == "python"
+    assert (kernel["hosts"]["receive"], kernel["hosts"]["send"]) == ("kernel", "kernel")
+    assert (python["hosts"]["receive"], python["hosts"]["send"]) == ("python", "python")
+    lateness = kernel["hosts"]["engine"]["lateness_ns"]
+    assert lateness["count"] == sum(f["sent_packets"] for f in kernel["flows"]) and lateness["p50"] >= 0
+    assert subprocess.run(["pgrep", "-f", "railab-engine-"], capture_output=True).stdout == b""
     by_id = {f["flow_id"]: f for f in python["flows"]}
     assert len(kernel["flows"]) == len(by_id) > 0
     assert all(f["sent_packets"] > 0 for f in kernel["flows"])
