@@ -100,25 +100,29 @@ def test_broken_experiment_says_what_and_deploys_nothing(tmp_path, case):
     assert not [n for n in rt.list_netns() if n.startswith(("railab-x-", "railab-rail-optimized-"))]
 
 
-@pytest.mark.flaky(reruns=2)  # Python hosts: a starved sender can stall a flow past its flowlet gap
 def test_the_demo_teaches_its_lesson_on_collective_chunks(tmp_path):
     """The demo's comparison (issue: the teaching demo taught that flowlet is worse than
     hashing): on chunks with gaps between them, flowlet moves flows at the gaps and ends
-    near even; spraying evens the load and reorders; navigation places whole flows apart
-    without reordering; ECMP's hash collides."""
+    near even; spraying evens the load; navigation places whole flows apart without
+    reordering; ECMP's hash collides. No rerun mark: the kernel NIC's hosts send on time
+    whatever else the machine runs."""
     report = run_experiment(EXPERIMENTS / "ecmp-vs-spray.yml", tmp_path, prefix="exp")
     modes = report["modes"]
     ecmp, flowlet, spray, nav = (modes[k] for k in ("ecmp", "flowlet", "spray-rr", "nav-host"))
     assert ecmp["uplink_max_mean"] >= 1.4 and ecmp["idle_uplinks"] >= 1, ecmp
     assert flowlet["uplink_max_mean"] <= 1.25, flowlet
-    assert spray["uplink_max_mean"] <= 1.10 and spray["reorder_pct"] > 0, spray
+    # Hosts that pace exactly keep the evenly sprayed uplinks' queues alike: sprayed
+    # packets arrive (nearly) in order (the Python hosts' bursts made queues differ and
+    # reordered 2-4 %); the lesson says which it was.
+    assert spray["uplink_max_mean"] <= 1.10 and spray["reorder_pct"] < 1.0, spray
+    said = " ".join(report["lesson"]).split("spray-rr evened the load", 1)[1].split(";", 1)[0]
+    assert ("with no reordering" in said) == (spray["reorder_pct"] == 0), report["lesson"]
     assert nav["uplink_max_mean"] <= 1.10 and nav["reorder_pct"] == 0, nav
     # Colliding chunks overflow the shared port: ECMP drops and delivers less.
     assert ecmp["drops"] > 0 and ecmp["loss_packets"] > 0
     assert spray["loss_packets"] == 0
     assert ecmp["goodput_bps"] < spray["goodput_bps"]
-    # Real queues: sprayed packets wait in queues of different depths and overtake each
-    # other; ECMP keeps each flow on one path, in order.
+    # Real queues; ECMP keeps each flow on one path, in order.
     assert report["port_model"]["queue"] == "real"
     assert ecmp["reorder_pct"] == 0
     # The lesson quotes the run's own figures.
@@ -128,7 +132,6 @@ def test_the_demo_teaches_its_lesson_on_collective_chunks(tmp_path):
         assert Path(plot).stat().st_size > 10_000
 
 
-@pytest.mark.flaky(reruns=2)  # Python hosts: see above
 def test_on_gapless_elephants_flowlet_is_never_worse_than_hashing(tmp_path):
     """A flow that never pauses keeps its first member: flowlet can only place each flow
     once (as well as its meter lets it), never worse than hashing; spraying and
@@ -137,7 +140,8 @@ def test_on_gapless_elephants_flowlet_is_never_worse_than_hashing(tmp_path):
     modes = report["modes"]
     ecmp, flowlet, spray, nav = (modes[k] for k in ("ecmp", "flowlet", "spray-rr", "nav-host"))
     assert flowlet["uplink_max_mean"] <= ecmp["uplink_max_mean"], (flowlet, ecmp)
-    assert spray["uplink_max_mean"] <= 1.10 and spray["reorder_pct"] > 0, spray
+    assert ecmp["uplink_max_mean"] >= 1.4 and ecmp["idle_uplinks"] >= 1, ecmp
+    assert spray["uplink_max_mean"] <= 1.10 and spray["reorder_pct"] < 1.0, spray
     assert nav["uplink_max_mean"] <= 1.10 and nav["reorder_pct"] == 0, nav
     _timeline_within_capacity(report)
 
