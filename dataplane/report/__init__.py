@@ -1,6 +1,8 @@
 """Results of experiments as numbers, tables and pictures.
 
-metrics  definitions of every number (run_metrics, mode_summary, expected_idle, ...)
+metrics  definitions of every number (run_metrics, mode_summary, ...)
+rundata  accessors of the RUN dicts (uplinks, flows, grouping by mode)
+stats    statistics over lists of numbers (max/mean, Jain, percentiles, distributions)
 table    rich tables and their plain-text rendering
 plots    PNG pictures (write_plots)
 sweep    seed-sweep distributions and the idle-uplink histogram
@@ -8,7 +10,8 @@ Input everywhere: the runner's RUN dicts (see metrics' docstring), grouped by mo
 """
 from __future__ import annotations
 
-from dataplane.report.metrics import expected_idle, group_runs, mode_summary, run_metrics
+from dataplane.report.metrics import expected_idle, mode_summary, run_metrics
+from dataplane.report.rundata import group_runs
 from dataplane.report.table import render_text
 
 

@@ -82,18 +82,19 @@ min, p50, max and the per-run values; None values (not applicable) are left out.
 """
 from __future__ import annotations
 
-import math
-import re
 from collections import defaultdict
 
 import numpy as np
 
+from dataplane.report import collective
+from dataplane.report.rundata import (SENDING_LEAF_SHARE, completions, duration, host_port_leaf, leaf_of,
+                                      run_label, sum_of, uplinks)
+from dataplane.report.stats import distribution, jain_index, max_mean, percentile
 from dataplane.topology.model import Endpoint
 from dataplane.wire import roce
 
 IDLE_FRACTION = 0.01
 PROTOCOL_FRAME_BYTES = 80      # an ACK (62 B) or a CNP (74 B) is no bigger
-UP_PAIRS = {("leaf", "spine"): "leaf-spine", ("spine", "core"): "spine-core"}
 
 # Scalar metrics of run_metrics, in display order (mode_summary summarises these).
 METRIC_KEYS = (
@@ -115,67 +116,6 @@ TRANSPORT_KEYS = ("retx_packets", "retx_bytes", "naks", "timeouts", "cnps_sent",
                   "steady_queue_mean_bytes", "steady_pause_frames")
 METRIC_KEYS = METRIC_KEYS + TRANSPORT_KEYS
 SLOWDOWN_EDGES = (1024, 4096, 16384, 65536, 262144)   # message size bucket edges, bytes
-
-
-def natural_key(text: str) -> list:
-    """Sort key that puts leaf2 before leaf10."""
-    return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", str(text))]
-
-
-def run_label(run: dict) -> str:
-    """The name a run is shown under: its label if the runner gave one, else its mode."""
-    return str(run.get("label") or run.get("mode") or "?")
-
-
-def duration(run: dict) -> float:
-    d = float(run.get("duration_s") or 0.0)
-    return d if d > 0 else 1.0
-
-
-def uplinks(run: dict) -> list[dict]:
-    """Uplinks of a run, in natural order: {name, lower, upper, node, tier, bytes, packets,
-    load_bps, speed_bps, scaled_bps, util}. util = load / scaled_bps (None if unknown)."""
-    d = duration(run)
-    out = []
-    for link in run.get("links", []):
-        roles = (link.get("a_role"), link.get("b_role"))
-        if roles in UP_PAIRS:
-            lower, upper, direction, tier = link["a"], link["b"], "ab", UP_PAIRS[roles]
-        elif roles[::-1] in UP_PAIRS:
-            lower, upper, direction, tier = link["b"], link["a"], "ba", UP_PAIRS[roles[::-1]]
-        else:
-            continue
-        nbytes = int(link.get(f"bytes_{direction}") or 0)
-        load = nbytes * 8 / d
-        scaled = link.get("scaled_bps")
-        out.append({
-            "name": lower, "lower": lower, "upper": upper, "node": Endpoint.parse(lower).node, "tier": tier,
-            "bytes": nbytes, "packets": int(link.get(f"packets_{direction}") or 0), "load_bps": load,
-            "speed_bps": link.get("speed_bps"), "scaled_bps": scaled,
-            "util": load / scaled if scaled else None,
-        })
-    out.sort(key=lambda u: natural_key(u["lower"]))
-    return out
-
-
-def jain_index(values) -> float | None:
-    """(sum x)^2 / (n sum x^2); 1.0 for all-zero values, None for no values."""
-    xs = [float(v) for v in values]
-    if not xs:
-        return None
-    square_sum = sum(x * x for x in xs)
-    if square_sum == 0:
-        return 1.0
-    return sum(xs) ** 2 / (len(xs) * square_sum)
-
-
-def max_mean(values) -> float | None:
-    """max / mean; 1.0 when the mean is 0, None for no values."""
-    xs = [float(v) for v in values]
-    if not xs:
-        return None
-    mean = sum(xs) / len(xs)
-    return 1.0 if mean == 0 else max(xs) / mean
 
 
 def data_bytes(up: dict) -> int:
@@ -202,55 +142,6 @@ def expected_idle(n: int, m: int) -> float:
     return m * (1 - 1 / m) ** n
 
 
-def percentile(values, q: float) -> float | None:
-    xs = [float(v) for v in values]
-    if not xs:
-        return None
-    return float(np.percentile(xs, q))
-
-
-def completions(run: dict, cls: str | None = None) -> list[float]:
-    """All message completion times (µs) of a run, optionally of one flow class."""
-    out: list[float] = []
-    for flow in run.get("flows", []):
-        if cls is None or flow.get("cls") == cls:
-            out.extend(float(x) for x in flow.get("completions_us") or [])
-    return out
-
-
-def reorder_histogram(run: dict) -> dict[int, int]:
-    """Reorder distance -> packets, summed over flows (keys may be str in JSON)."""
-    hist: dict[int, int] = defaultdict(int)
-    for flow in run.get("flows", []):
-        for k, v in (flow.get("reorder_hist") or {}).items():
-            hist[int(k)] += int(v)
-    return dict(sorted(hist.items()))
-
-
-def host_port_links(run: dict) -> dict[str, tuple[str, dict]]:
-    """host port "srv1:nic0" -> (the leaf node it is cabled to, the link's record)."""
-    out = {}
-    for link in run.get("links", []):
-        if link.get("a_role") == "host" and link.get("b_role") == "leaf":
-            out[link["a"]] = (Endpoint.parse(link["b"]).node, link)
-        elif link.get("b_role") == "host" and link.get("a_role") == "leaf":
-            out[link["b"]] = (Endpoint.parse(link["a"]).node, link)
-    return out
-
-
-def _host_port_leaf(run: dict) -> dict[str, str]:
-    """host port "srv1:nic0" -> the leaf node it is cabled to."""
-    return {port: leaf for port, (leaf, _) in host_port_links(run).items()}
-
-
-def _leaf_of(endpoint: str, port_leaf: dict[str, str]) -> str | None:
-    if endpoint in port_leaf:
-        return port_leaf[endpoint]
-    # "srv1:nic0" for a dual-plane NIC with ports nic0a/nic0b: only if they share a leaf
-    leaves = {leaf for port, leaf in port_leaf.items() if port.startswith(endpoint)}
-    return leaves.pop() if len(leaves) == 1 else None
-
-
 def leaf_elephants(run: dict) -> dict[str, tuple[int, int]] | None:
     """leaf -> (n, m): n = elephant flows that must leave the leaf upwards (source NIC on it,
     destination NIC on another leaf), m = its leaf->spine uplinks. None when the fabric has
@@ -261,12 +152,12 @@ def leaf_elephants(run: dict) -> dict[str, tuple[int, int]] | None:
             per_leaf[up["node"]] += 1
     if not per_leaf:
         return None
-    port_leaf = _host_port_leaf(run)
+    port_leaf = host_port_leaf(run)
     crossing: dict[str, int] = defaultdict(int)
     for flow in run.get("flows", []):
         if flow.get("cls") != "elephant":
             continue
-        src, dst = _leaf_of(str(flow.get("src")), port_leaf), _leaf_of(str(flow.get("dst")), port_leaf)
+        src, dst = leaf_of(str(flow.get("src")), port_leaf), leaf_of(str(flow.get("dst")), port_leaf)
         if src is None or dst is None:
             return None
         if src != dst:
@@ -328,13 +219,6 @@ def expected_idle_pmf_for_run(run: dict) -> list[float] | None:
     return total
 
 
-def _sum(flows, key) -> int:
-    return sum(int(f.get(key) or 0) for f in flows)
-
-
-SENDING_LEAF_SHARE = 0.1
-
-
 def leaf_uplink_balance(run: dict, after_s: float = 0.0) -> float | None:
     """max/mean load of the uplinks of each sending leaf, from the first uplink sample at
     or after after_s to the end of the run; the worst leaf. A sending leaf sent at least
@@ -394,14 +278,14 @@ def pfc_metrics(run: dict, d: float) -> dict:
     lossy = [f for f in flows if f.get("dscp", dscp) != dscp]
 
     def loss(fs):
-        sent = _sum(fs, "sent_packets") or (_sum(fs, "packets") + _sum(fs, "lost"))
-        return _sum(fs, "lost") / sent * 100 if sent else 0.0
+        sent = sum_of(fs, "sent_packets") or (sum_of(fs, "packets") + sum_of(fs, "lost"))
+        return sum_of(fs, "lost") / sent * 100 if sent else 0.0
 
     ports = run.get("pfc_ports") or {}
     hosts = run.get("host_pfc") or {}
     fractions = {p: c.get("paused_ns", 0) / 1e9 / d for p, c in ports.items() if d}
     return {"lossless_loss_pct": loss(lossless), "lossy_loss_pct": loss(lossy) if lossy else None,
-            "lossless_lost": _sum(lossless, "lost"), "lossy_lost": _sum(lossy, "lost"),
+            "lossless_lost": sum_of(lossless, "lost"), "lossy_lost": sum_of(lossy, "lost"),
             "pause_frames": sum(int(c.get("pause_frames_sent", 0)) for c in ports.values()),
             "pause_fraction": max(fractions.values()) if fractions else 0.0,
             "paused_ports": sorted(p for p, f in fractions.items() if f > 0),
@@ -415,18 +299,17 @@ def pfc_metrics(run: dict, d: float) -> dict:
 def run_metrics(run: dict) -> dict:
     """All scalar metrics of one run (definitions in the module docstring; a collective's
     completion and uplink spread in dataplane.report.collective)."""
-    from dataplane.report import collective   # it builds on this module's helpers
     d = duration(run)
     flows = run.get("flows", [])
     ups = uplinks(run)
     loads = [u["load_bps"] for u in ups]
     utils = [u["util"] for u in ups if u["util"] is not None]
     leaf_loads = [u["load_bps"] for u in ups if u["tier"] == "leaf-spine"]
-    received = _sum(flows, "packets")
-    sent = _sum(flows, "sent_packets")
-    lost = _sum(flows, "lost")
+    received = sum_of(flows, "packets")
+    sent = sum_of(flows, "sent_packets")
+    lost = sum_of(flows, "lost")
     sent_total = sent if sent else received + lost
-    out_of_order = _sum(flows, "out_of_order")
+    out_of_order = sum_of(flows, "out_of_order")
     fct = completions(run)
     mice = completions(run, "mice")
     switches = run.get("switches") or {}
@@ -462,7 +345,7 @@ def run_metrics(run: dict) -> dict:
         "loss_pct": lost / sent_total * 100 if sent_total else 0.0,
         "reorder_pct": out_of_order / received * 100 if received else 0.0,
         "out_of_order": out_of_order,
-        "duplicates": _sum(flows, "duplicates"),
+        "duplicates": sum_of(flows, "duplicates"),
         "fct_p50_us": percentile(fct, 50),
         "fct_p99_us": percentile(fct, 99),
         "mice_fct_p99_us": percentile(mice, 99),
@@ -471,9 +354,9 @@ def run_metrics(run: dict) -> dict:
         "drops": int(switches.get("drops") or 0),
         "ecn_marked": int(switches.get("ecn_marked") or 0),
         **pfc_metrics(run, d),
-        "ce_packets": _sum(flows, "ce"),
-        "messages_completed": _sum(flows, "messages_completed"),
-        "messages_incomplete": _sum(flows, "messages_incomplete"),
+        "ce_packets": sum_of(flows, "ce"),
+        "messages_completed": sum_of(flows, "messages_completed"),
+        "messages_incomplete": sum_of(flows, "messages_incomplete"),
         **fault_metrics(run),
         **transport_metrics(run),
         **collective.collective_metrics(run),
@@ -743,8 +626,8 @@ def fault_metrics(run: dict) -> dict:
     gaps = lambda ts: max((t["host_gap_ms"] for t in ts if t["host_gap_ms"] is not None), default=None)  # noqa: E731
     return {
         "flows_on_failed": len(hit),
-        "loss_on_failed": _sum(hit, "lost"),
-        "loss_elsewhere": _sum(rest, "lost"),
+        "loss_on_failed": sum_of(hit, "lost"),
+        "loss_elsewhere": sum_of(rest, "lost"),
         "outage_ms": _max_known([t["outage_ms"] for t in hit_t]),
         "recovery_ms": _max_known([t["recovery_ms"] for t in hit_t]),
         "outage_elsewhere_ms": _max_known([t["outage_ms"] for t in rest_t]),
@@ -754,20 +637,6 @@ def fault_metrics(run: dict) -> dict:
         "notice_ms": max(notice) / 1000 if notice else None,
         "timing_unknown": sum(1 for t in hit_t + rest_t if t["outage_ms"] is None),
     }
-
-
-def distribution(values, percentiles=(50,)) -> dict | None:
-    """mean, std (sample, n-1; 0 for one value), min, p<q> for each q, max, n, values."""
-    xs = [float(v) for v in values if v is not None and not (isinstance(v, float) and math.isnan(v))]
-    if not xs:
-        return None
-    arr = np.asarray(xs)
-    out = {"mean": float(arr.mean()), "std": float(arr.std(ddof=1)) if len(xs) > 1 else 0.0,
-           "min": float(arr.min())}
-    for q in percentiles:
-        out[f"p{q:g}"] = float(np.percentile(arr, q))
-    out.update({"max": float(arr.max()), "n": len(xs), "values": xs})
-    return out
 
 
 def mode_summary(runs: list[dict], percentiles=(50,)) -> dict:
@@ -800,36 +669,3 @@ def idle_summary(runs: list[dict]) -> dict:
     }
 
 
-def group_runs(results) -> dict[str, list[dict]]:
-    """Runs grouped by label (the run's label, else mode), in first-seen order.
-
-    Accepts a list of RUN dicts, a dict label -> RUN or list of RUNs, or an experiment
-    dict with "runs" (list) and optionally "sweep" (list, grouped as "<label> sweep")."""
-    groups: dict[str, list[dict]] = {}
-
-    def add(label: str, run: dict) -> None:
-        groups.setdefault(label, []).append(run)
-
-    if isinstance(results, dict) and ("runs" in results or "sweep" in results):
-        for run in results.get("runs") or []:
-            add(run_label(run), run)
-        for run in results.get("sweep") or []:
-            add(f"{run_label(run)} sweep", run)
-    elif isinstance(results, dict) and "links" in results and "flows" in results:
-        add(run_label(results), results)
-    elif isinstance(results, dict):
-        for label, value in results.items():
-            for run in value if isinstance(value, list) else [value]:
-                add(str(label), run)
-    else:
-        for run in results:
-            add(run_label(run), run)
-    return groups
-
-
-def results_title(results, default: str = "railab experiment") -> str:
-    if isinstance(results, dict):
-        for key in ("title", "name", "experiment"):
-            if isinstance(results.get(key), str):
-                return results[key]
-    return default

@@ -13,7 +13,7 @@ paths:
                        fault runs each mode's legend entry carries its fault figures and
                        ticks mark the send times of its lost packets
   idle-sweep.png       idle uplinks over a seed sweep vs uniform random hashing
-`results` is what metrics.group_runs accepts (list of RUNs, {mode: RUN | [RUN]}, or an
+`results` is what rundata.group_runs accepts (list of RUNs, {mode: RUN | [RUN]}, or an
 experiment dict with "runs"/"sweep"). A mode with several runs is drawn from their mean
 (bars, with std error bars) or pooled (CDF, histogram); the fabric and the timeline show
 its first run.
@@ -32,7 +32,8 @@ from matplotlib.figure import Figure
 from matplotlib.transforms import blended_transform_factory
 
 from dataplane.report import metrics as m
-from dataplane.report import sweep
+from dataplane.report import rundata, sweep
+from dataplane.report.stats import percentile
 from dataplane.report.table import fmt_bps, fmt_us
 from dataplane.topology.model import TIER, Endpoint
 
@@ -68,7 +69,7 @@ def _colour(i: int) -> str:
 def _speed_note(runs: list[dict]) -> str | None:
     """'port 100 Mb/s emulated = 400 Gb/s nominal' from the first uplink (or any link)."""
     for run in runs:
-        for link in m.uplinks(run) or []:
+        for link in rundata.uplinks(run) or []:
             if link["scaled_bps"]:
                 nominal = f" = {fmt_bps(link['speed_bps'])} nominal" if link["speed_bps"] else ""
                 return f"port {fmt_bps(link['scaled_bps'])} emulated{nominal}"
@@ -90,10 +91,10 @@ def _save(fig: Figure, path: Path) -> Path:
 
 def plot_uplink_loads(results, path) -> Path | None:
     """Bars of every uplink's load, one panel per mode (shared y); None without uplinks."""
-    groups = m.group_runs(results)
+    groups = rundata.group_runs(results)
     data = []
     for label, runs in groups.items():
-        per_run = [m.uplinks(r) for r in runs]
+        per_run = [rundata.uplinks(r) for r in runs]
         if not per_run or not per_run[0]:
             continue
         names = [u["name"] for u in per_run[0]]
@@ -209,10 +210,10 @@ def _group_ticks(ax, ups: list[dict]) -> None:
 
 def plot_fct_cdf(results, path) -> Path | None:
     """Message completion time CDF per mode (log x) and the tail (1 - CDF, log-log)."""
-    groups = m.group_runs(results)
+    groups = rundata.group_runs(results)
     series = []
     for label, runs in groups.items():
-        xs = sorted(x for r in runs for x in m.completions(r) if x > 0)
+        xs = sorted(x for r in runs for x in rundata.completions(r) if x > 0)
         if xs:
             series.append((label, xs))
     if not series:
@@ -222,7 +223,7 @@ def plot_fct_cdf(results, path) -> Path | None:
     for i, (label, xs) in enumerate(series):
         n = len(xs)
         ys = [(k + 1) / n for k in range(n)]
-        p50, p99 = m.percentile(xs, 50), m.percentile(xs, 99)
+        p50, p99 = percentile(xs, 50), percentile(xs, 99)
         colour = _colour(i)
         ax.step(xs, ys, where="post", color=colour, linewidth=1.8,
                 label=f"{label}: p50 {fmt_us(p50)}, p99 {fmt_us(p99)} (n={n:,})")
@@ -250,7 +251,7 @@ def plot_fct_cdf(results, path) -> Path | None:
 def plot_slowdown(results, path) -> Path | None:
     """FCT slowdown per message size bucket, modes side by side: average (bars) and p99
     (markers above them), log y -- the HPCC/ConWeave figure style. None for open loop."""
-    groups = m.group_runs(results)
+    groups = rundata.group_runs(results)
     series = []
     for label, runs in groups.items():
         pooled = {"flows": [f for r in runs for f in r.get("flows", [])]}
@@ -300,7 +301,7 @@ def _bucket_label(lo: int, hi: int | None) -> str:
 
 def plot_reorder_hist(results, path) -> Path:
     """Reorder distances (log2 buckets) per mode as grouped bars, log y."""
-    groups = m.group_runs(results)
+    groups = rundata.group_runs(results)
     fig = Figure(figsize=(11, 5), layout="constrained")
     ax = fig.subplots()
     labels = list(groups)
@@ -310,7 +311,7 @@ def plot_reorder_hist(results, path) -> Path:
     for i, label in enumerate(labels):
         hist: dict[int, int] = {}
         for run in groups[label]:
-            for k, v in m.reorder_histogram(run).items():
+            for k, v in rundata.reorder_histogram(run).items():
                 hist[k] = hist.get(k, 0) + v
         counts = [sum(v for k, v in hist.items() if k >= lo and (hi is None or k <= hi))
                   for lo, hi in REORDER_BUCKETS]
@@ -356,7 +357,7 @@ def fabric_layout(run: dict) -> dict[str, tuple[float, float]]:
     width = float(max(widest, 4))
     pos = {}
     for (role, plane), names in rows.items():
-        names.sort(key=m.natural_key)
+        names.sort(key=rundata.natural_key)
         if plane is None:
             lo, span = 0.0, width
         else:
@@ -371,7 +372,7 @@ def fabric_layout(run: dict) -> dict[str, tuple[float, float]]:
 def plot_fabric(run: dict, path, *, vmax_bps: float | None = None, title: str | None = None) -> Path:
     """The fabric of one run, links coloured (and thickened) by the busier direction's load:
     utilisation = load / emulated port speed when known, else load in b/s (0..vmax_bps)."""
-    d = m.duration(run)
+    d = rundata.duration(run)
     pos = fabric_layout(run)
     roles = {n["name"]: n.get("role", "host") for n in run.get("nodes", [])}
     links = [l for l in run.get("links", [])
@@ -469,7 +470,7 @@ def plot_fabric(run: dict, path, *, vmax_bps: float | None = None, title: str | 
     note = _speed_note([run])
     if note:
         stats += f"\n{note}"
-    ax.set_title(title or f"{m.run_label(run)}{seed}: link load{stats}", fontsize=12, fontweight="bold",
+    ax.set_title(title or f"{rundata.run_label(run)}{seed}: link load{stats}", fontsize=12, fontweight="bold",
                  loc="center")
     return _save(fig, path)
 
@@ -550,7 +551,7 @@ def plot_timeline(results, path) -> Path | None:
     """Delivered throughput over time per mode (first run of each), from the frames'
     receive stamps (dataplane.experiment.timeline), with what the host links can carry
     and events as vertical lines; None when no run has a timeline."""
-    groups = m.group_runs(results)
+    groups = rundata.group_runs(results)
     series = [(label, runs[0]) for label, runs in groups.items() if runs and runs[0].get("timeline")]
     if not series:
         return None
@@ -600,14 +601,14 @@ def write_plots(results, folder) -> list[Path]:
     """Write every picture the results allow into `folder`; the paths written."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    groups = m.group_runs(results)
+    groups = rundata.group_runs(results)
     written: list[Path | None] = [
         plot_uplink_loads(results, folder / "uplink-loads.png"),
         plot_fct_cdf(results, folder / "fct-cdf.png"),
         plot_reorder_hist(results, folder / "reorder.png"),
         plot_slowdown(results, folder / "fct-slowdown.png"),
     ]
-    link_max = max([max(int(l.get("bytes_ab") or 0), int(l.get("bytes_ba") or 0)) * 8 / m.duration(r)
+    link_max = max([max(int(l.get("bytes_ab") or 0), int(l.get("bytes_ba") or 0)) * 8 / rundata.duration(r)
                     for runs in groups.values() for r in runs[:1] for l in r.get("links", [])] + [1.0])
     for label, runs in groups.items():
         if runs and runs[0].get("nodes"):

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from dataplane.report import metrics
+from dataplane.report import metrics, rundata
 
 BOOTSTRAP = 2000
 CONFIDENCE = 0.95
@@ -94,7 +94,7 @@ def of_results(view, lo: int = 0, hi: int | None = None) -> list[list[str]] | No
     completed such messages."""
     slowdowns = {label: [v for run in runs for size, v in metrics.slowdowns(_in_time_order(run))
                          if size >= lo and (hi is None or size < hi)]
-                 for label, runs in metrics.group_runs(view).items()}
+                 for label, runs in rundata.group_runs(view).items()}
     slowdowns = {label: v for label, v in slowdowns.items() if v}
     return rank(slowdowns) if len(slowdowns) >= 2 else None
 

@@ -15,6 +15,7 @@ from pathlib import Path
 from matplotlib.figure import Figure
 
 from dataplane.report import metrics as m
+from dataplane.report import rundata
 from dataplane.units import fmt_bps, fmt_us
 
 SWEEP_PERCENTILES = (5, 25, 50, 75, 95)
@@ -24,7 +25,7 @@ def sweep_summary(results, percentiles=SWEEP_PERCENTILES) -> dict:
     """Per mode (label): {"runs": N, "seeds": [...], "metrics": {metric: {mean, std, min,
     p5, p25, p50, p75, p95, max, n, values}}, "idle": metrics.idle_summary(...)}."""
     out = {}
-    for label, runs in m.group_runs(results).items():
+    for label, runs in rundata.group_runs(results).items():
         summary = m.mode_summary(runs, percentiles)
         out[label] = {
             "runs": len(runs),
@@ -71,7 +72,7 @@ def plot_idle_histogram(results, path) -> Path | None:
     """Histogram of idle leaf uplinks per run for every mode with several runs, with the
     measured mean, the expected mean and the expected distribution under uniform random
     hashing; None when no mode has several runs."""
-    groups = {k: v for k, v in m.group_runs(results).items() if len(v) > 1}
+    groups = {k: v for k, v in rundata.group_runs(results).items() if len(v) > 1}
     if not groups:
         return None
     fig = Figure(figsize=(6.5 * min(len(groups), 3), 4.8), layout="constrained")

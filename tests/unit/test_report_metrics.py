@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, strategies as st
 
 from dataplane.report import metrics as m
-from dataplane.report import table
+from dataplane.report import rundata, table
 
 
 def uplink(a: str, b: str, nbytes: int, *, down: int = 0, scaled=1e8, roles=("leaf", "spine")) -> dict:
@@ -85,7 +85,7 @@ def test_uplink_direction_and_tiers():
              uplink("spine1:up1", "core1:down1", 2000, roles=("spine", "core")),
              uplink("spine1:down9", "spine2:down9", 7777, roles=("spine", "spine"))]  # not an uplink
     run = {"duration_s": 1.0, "links": links, "flows": []}
-    ups = m.uplinks(run)
+    ups = rundata.uplinks(run)
     assert [(u["lower"], u["bytes"], u["tier"]) for u in ups] == [
         ("leaf1:up1", 1000, "leaf-spine"), ("leaf2:up1", 3000, "leaf-spine"), ("spine1:up1", 2000, "spine-core")]
     assert ups[0]["load_bps"] == 8000 and ups[0]["util"] == pytest.approx(8000 / 1e8)
@@ -138,7 +138,7 @@ def test_fct_percentiles_over_all_flows():
 
 def test_reorder_hist_keys_from_json():
     run = run_with([1], [flow(1, reorder_hist={"1": 3, "2": 1}), flow(2, reorder_hist={1: 2})])
-    assert m.reorder_histogram(json.loads(json.dumps(run))) == {1: 5, 2: 1}
+    assert rundata.reorder_histogram(json.loads(json.dumps(run))) == {1: 5, 2: 1}
 
 
 def test_expected_idle():
@@ -188,12 +188,12 @@ def test_mode_summary_and_idle_summary():
 
 def test_group_runs_accepts_the_result_shapes():
     a, b = run_with([1]), {**run_with([1]), "mode": "spray-rr"}
-    assert list(m.group_runs([a, b])) == ["ecmp", "spray-rr"]
-    assert list(m.group_runs({"x": a, "y": [a, b]})) == ["x", "y"]
-    grouped = m.group_runs({"name": "e", "runs": [a, b], "sweep": [a, a]})
+    assert list(rundata.group_runs([a, b])) == ["ecmp", "spray-rr"]
+    assert list(rundata.group_runs({"x": a, "y": [a, b]})) == ["x", "y"]
+    grouped = rundata.group_runs({"name": "e", "runs": [a, b], "sweep": [a, a]})
     assert list(grouped) == ["ecmp", "spray-rr", "ecmp sweep"] and len(grouped["ecmp sweep"]) == 2
-    assert list(m.group_runs({**a, "label": "ecmp-s1"})) == ["ecmp-s1"]
-    assert m.results_title({"name": "e", "runs": []}) == "e"
+    assert list(rundata.group_runs({**a, "label": "ecmp-s1"})) == ["ecmp-s1"]
+    assert rundata.results_title({"name": "e", "runs": []}) == "e"
 
 
 def test_render_text_units_and_sweep_line():
