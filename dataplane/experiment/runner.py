@@ -26,7 +26,7 @@ from dataplane.experiment import timeline
 from dataplane.agent.pathtrace import FlowKey, path_links, touches
 from dataplane.lab.fabric import Fabric
 from dataplane.nic.hosts import KernelReceivers, receive_side
-from dataplane.report import metrics
+from dataplane.report import faultruns
 from dataplane.runtime.labspec import LabSpec
 from dataplane.topology.model import TIER
 from dataplane.traffic import workload as wl
@@ -276,12 +276,12 @@ def _on_failed(spec: LabSpec, path: dict, events: list[dict]) -> bool:
 
 def _with_reaction(spec: LabSpec, fired: list[dict], scheduled: list[dict], since_ns: int) -> list[dict]:
     """The fired events, each with the data plane's reaction from the agent's log
-    (metrics.dataplane_reaction); as fired when the log cannot be read."""
+    (faultruns.dataplane_reaction); as fired when the log cannot be read."""
     if not scheduled:
         return fired
     try:
         until = time.monotonic_ns()
-        return metrics.dataplane_reaction(fired, faults.events(spec.name, since_ns), until)
+        return faultruns.dataplane_reaction(fired, faults.events(spec.name, since_ns), until)
     except Exception as err:  # the run's traffic figures stand without it
         return [{**e, "reaction_error": str(err)} for e in fired]
 
@@ -500,7 +500,7 @@ def run_once(spec: LabSpec, experiment: Experiment, flows: list[wl.Flow], label:
         "uplink_queues": {port: {"max": max(q), "mean": sum(q) / len(q), "samples": len(q), "bytes": q}
                           for port, q in clock.uplink_queues.items() if q and max(q) > 0},
         # when those samples were taken (s from t = 0), and the pause frames every switch
-        # port had sent by then: queues and pauses by phase (metrics.steady_state)
+        # port had sent by then: queues and pauses by phase (closedloop.steady_state)
         "sample_t": clock.sample_t,
         "pause_frames_at": clock.pause_frames_at,
         "t0_ns": int(started * 1e9),         # CLOCK_MONOTONIC of t = 0 (send times are on it)

@@ -31,8 +31,8 @@ from matplotlib.colors import Normalize
 from matplotlib.figure import Figure
 from matplotlib.transforms import blended_transform_factory
 
+from dataplane.report import closedloop, faultruns, idlemodel, rundata, sweep
 from dataplane.report import metrics as m
-from dataplane.report import rundata, sweep
 from dataplane.report.stats import percentile
 from dataplane.report.table import fmt_bps, fmt_us
 from dataplane.topology.model import TIER, Endpoint
@@ -130,8 +130,8 @@ def plot_uplink_loads(results, path) -> Path | None:
         ax.bar(xs, [v / div for v in mean], color=colours, edgecolor="black", linewidth=0.4,
                yerr=[s / div for s in std] if std else None, capsize=2 if std else 0,
                error_kw={"linewidth": 0.8})
-        carried = [m.data_bytes(u) for u in ups]     # idle as the table counts it
-        idle = ([i for i, v in enumerate(carried) if v < m.IDLE_FRACTION * max(carried)]
+        carried = [idlemodel.data_bytes(u) for u in ups]     # idle as the table counts it
+        idle = ([i for i, v in enumerate(carried) if v < idlemodel.IDLE_FRACTION * max(carried)]
                 if max(carried) > 0 and not ranked else [])
         if idle:
             ax.plot(idle, [0] * len(idle), linestyle="none", marker="x", color="#555555", markersize=6,
@@ -255,7 +255,7 @@ def plot_slowdown(results, path) -> Path | None:
     series = []
     for label, runs in groups.items():
         pooled = {"flows": [f for r in runs for f in r.get("flows", [])]}
-        buckets = m.slowdown_buckets(pooled)
+        buckets = closedloop.slowdown_buckets(pooled)
         if any(b["count"] for b in buckets):
             series.append((label, buckets))
     if not series:
@@ -520,8 +520,8 @@ def _min_gap(pos: dict[str, tuple[float, float]]) -> float:
 # --------------------------------------------------------------------------- (e) timeline
 
 def _fault_label(label: str, run: dict) -> str:
-    """The mode's legend entry with its fault figures (metrics.fault_metrics), if any."""
-    f = m.fault_metrics(run)
+    """The mode's legend entry with its fault figures (faultruns.fault_metrics), if any."""
+    f = faultruns.fault_metrics(run)
     if not f:
         return label
     ms = lambda v: fmt_us(v * 1000 if v is not None else None)  # noqa: E731

@@ -13,7 +13,7 @@ from rich.console import Console
 from rich.table import Table
 
 from dataplane.report import metrics as m
-from dataplane.report import lesson, ranking, rundata
+from dataplane.report import closedloop, faultruns, lesson, ranking, rundata
 from dataplane.units import fmt_bps, fmt_us  # noqa: F401 (the report's formatters)
 
 # (metric key, column header, formatter kind)
@@ -34,7 +34,7 @@ COLUMNS = (
 
 
 # The fault table (runs with fault events): (metric key, header, kind); "ms" values are
-# shown through fmt_us. Definitions: metrics.fault_metrics.
+# shown through fmt_us. Definitions: faultruns.fault_metrics.
 FAULT_COLUMNS = (
     ("flows_on_failed", "flows on\nfailed", "count"),
     ("loss_on_failed", "lost\nthere", "count"),
@@ -199,7 +199,7 @@ def build_fault_table(results, title: str | None = None) -> Table | None:
         if met.get("timing_unknown"):
             cells[[k for k, _, _ in FAULT_COLUMNS].index("outage_ms")] += f" ({met['timing_unknown']} unknown)"
         table.add_row(name, *cells)
-        late, after_end = m.fault_lateness_s(run)
+        late, after_end = faultruns.fault_lateness_s(run)
         if late is not None and late > LATE_S:
             table.caption += f"\n{name}: faults made up to {late:.2f} s after their scheduled time"
             if after_end:
@@ -242,7 +242,7 @@ def build_transport_table(results, title: str | None = None) -> Table | None:
             met = m.run_metrics(run)
             if met.get("messages_done_pct") is not None:
                 name = label if len(runs) == 1 else f"{label} #{i + 1}"
-                rows.append((name, met, m.slowdown_buckets(run)))
+                rows.append((name, met, closedloop.slowdown_buckets(run)))
     if not rows:
         return None
     table = Table(title=f"{title or rundata.results_title(results)}: transport and FCT slowdown",
