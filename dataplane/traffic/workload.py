@@ -45,6 +45,7 @@ closed-loop transport (an open-loop flow is paced at its own rate).
 """
 from __future__ import annotations
 
+import json
 import math
 import random
 from dataclasses import dataclass, field
@@ -55,7 +56,7 @@ import jsonschema
 
 from dataplane import units, yamlfile
 from dataplane.errors import RailabError
-from dataplane.traffic.transport import TRANSPORTS, DcqcnParams, TransportConfig
+from dataplane.traffic.transport import DcqcnParams, TransportConfig
 from dataplane.wire import roce
 
 CLASSES = ("elephant", "mice", "protocol")
@@ -84,122 +85,18 @@ SIZE_RE, RATE_RE, TIME_RE = units.SIZE_RE, units.RATE_RE, units.TIME_RE
 
 # --- schema ----------------------------------------------------------------------------------
 
-# "x-hint": what validate() says instead of a raw regex / anyOf message
-_size = {"x-hint": "a size like 4096, 64KiB or 1MB",
-         "anyOf": [{"type": "integer", "minimum": 1},
-                   {"type": "string", "pattern": SIZE_RE.pattern}]}
-_rate = {"x-hint": "a rate like 200Mbps, 10Gbps or 50kpps",
-         "anyOf": [{"type": "number", "exclusiveMinimum": 0},
-                   {"type": "string", "pattern": RATE_RE.pattern}]}
-_dur = {"x-hint": "a duration like 2s, 500ms or 3",
-        "anyOf": [{"type": "number", "exclusiveMinimum": 0},
-                  {"type": "string", "pattern": TIME_RE.pattern}]}
-_weighted = {"type": "array", "minItems": 1,
-             "items": {"type": "array", "minItems": 2, "maxItems": 2,
-                       "prefixItems": [_size, {"type": "number", "exclusiveMinimum": 0}],
-                       "items": False}}
-_dist = {"x-hint": "a size (4096, 64KiB) or {fixed|uniform|lognormal|choice|cdf: ...} "
-                   "or a list of [size, weight]",
-         "anyOf": [
-    _size,
-    {"type": "object", "additionalProperties": False, "required": ["fixed"],
-     "properties": {"fixed": _size}},
-    {"type": "object", "additionalProperties": False, "required": ["uniform"],
-     "properties": {"uniform": {"type": "object", "additionalProperties": False,
-                                "required": ["min", "max"],
-                                "properties": {"min": _size, "max": _size}}}},
-    {"type": "object", "additionalProperties": False, "required": ["lognormal"],
-     "properties": {"lognormal": {"type": "object", "additionalProperties": False,
-                                  "required": ["median", "sigma"],
-                                  "properties": {"median": _size,
-                                                 "sigma": {"type": "number", "minimum": 0},
-                                                 "min": _size, "max": _size}}}},
-    {"type": "object", "additionalProperties": False, "required": ["choice"],
-     "properties": {"choice": _weighted}},
-    {"type": "object", "additionalProperties": False, "required": ["cdf"],
-     "properties": {"cdf": {"type": "string", "minLength": 1},
-                    "scale": {"type": "number", "exclusiveMinimum": 0, "maximum": 1}}},
-    _weighted,
-]}
-_gap = {"type": "number", "minimum": 0, "x-hint": "real-fabric microseconds, like 2.5"}
-_cls = {"type": "object", "additionalProperties": False, "properties": {
-    "size": _dist,
-    "opcode": {"enum": ["send", "write"]},
-    "arrival": {"enum": ["paced", "poisson"]},
-    "gap_us": _gap,
-    "dscp": {"type": "integer", "minimum": 0, "maximum": 63},
-}}
-_endpoint = {"type": "string", "pattern": r"^[^:\s]+:[^:\s]+$",
-             "x-hint": "host:ifname or host:rail, e.g. h1:eth0"}
-_flow = {"type": "object", "additionalProperties": False, "required": ["src", "dst"],
-         "properties": {"src": _endpoint, "dst": _endpoint,
-                        "class": {"enum": list(CLASSES)}, "rate": _rate, "size": _dist,
-                        "opcode": {"enum": ["send", "write"]},
-                        "arrival": {"enum": ["paced", "poisson"]},
-                        "gap_us": _gap,
-                        "start": _dur, "stop": _dur,
-                        "messages": {"type": "integer", "minimum": 1}}}
-_host = {"type": "object", "additionalProperties": False, "required": ["name", "nics"],
-         "properties": {"name": {"type": "string", "minLength": 1},
-                        "nics": {"type": "array", "minItems": 1, "items": {
-                            "type": "object", "additionalProperties": False,
-                            "required": ["ifname", "ip"],
-                            "properties": {"ifname": {"type": "string", "minLength": 1},
-                                           "ip": {"type": "string", "format": "ipv4",
-                                                  "pattern": r"^\d+\.\d+\.\d+\.\d+$",
-                                                  "x-hint": "an IPv4 address"},
-                                           "mac": {"type": "string"},
-                                           "rail": {"type": "integer", "minimum": 0}}}}}}
-_pattern = {"type": "object", "required": ["type"], "additionalProperties": False,
-            "properties": {
-                "type": {"enum": ["ring-allreduce", "all-to-all", "cross-rail", "flows"]},
-                "rails": {"anyOf": [{"enum": ["all", "same"]},
-                                    {"type": "array", "items": {"type": "integer",
-                                                                "minimum": 0}}]},
-                "bidirectional": {"type": "boolean"},
-                "pxn": {"type": "boolean"},
-                "shift": {"type": "integer", "minimum": 1},
-                "flows": {"type": "array", "minItems": 1, "items": _flow},
-                # a collective's fixed transfer: every flow posts at most this many messages
-                "messages": {"type": "integer", "minimum": 1},
-            }}
+# dataplane/schema/workload.schema.json, beside the containerlab schema. Its "x-hint"s are
+# what validate() says instead of a raw regex / anyOf message; its patterns and enums are
+# this package's own (a unit test holds them equal).
+SCHEMA_PATH = Path(__file__).resolve().parent.parent / "schema" / "workload.schema.json"
+SCHEMA: dict[str, Any] = json.loads(SCHEMA_PATH.read_text(encoding="utf-8"))
 
-SCHEMA: dict[str, Any] = {
-    "$schema": "https://json-schema.org/draft/2020-12/schema",
-    "title": "railab workload",
-    "type": "object",
-    "additionalProperties": False,
-    "required": ["pattern"],
-    "properties": {
-        "name": {"type": "string"},
-        "seed": {"type": "integer"},
-        "duration": _dur,
-        "mtu": {"enum": list(roce.MTUS)},
-        "rate": _rate,
-        "mix": {"type": "object", "additionalProperties": False, "minProperties": 1,
-                "properties": {c: {"type": "number", "minimum": 0} for c in CLASSES}},
-        "classes": {"type": "object", "additionalProperties": False,
-                    "properties": {c: _cls for c in CLASSES}},
-        "hosts": {"type": "array", "minItems": 1, "items": _host},
-        "pattern": _pattern,
-        "load": {"type": "number", "exclusiveMinimum": 0, "maximum": 1},
-        "qp": {"enum": list(QP_MODES)},
-        "transport": {"anyOf": [
-            {"enum": list(TRANSPORTS)},
-            {"type": "object", "additionalProperties": False, "required": ["kind"],
-             "properties": {"kind": {"enum": list(TRANSPORTS)},
-                            "ack_every": {"type": "integer", "minimum": 1},
-                            "ack_delay_us": {"type": "number", "exclusiveMinimum": 0},
-                            "window": {"type": "integer", "minimum": 1},
-                            "rto_us": {"type": "number", "exclusiveMinimum": 0},
-                            "nak_delay_us": {"type": "number", "exclusiveMinimum": 0}}}]},
-        "dcqcn": {"anyOf": [
-            {"type": "boolean"},
-            {"type": "object", "additionalProperties": False,
-             "properties": {k: {"type": "number", "exclusiveMinimum": 0}
-                            for k in DcqcnParams.option_names()}}]},
-    },
-}
+
+def _resolved(node: Any) -> Any:
+    """A schema node with its local "$ref" ("#/$defs/size") followed."""
+    while isinstance(node, dict) and "$ref" in node:
+        node = SCHEMA["$defs"][node["$ref"].rpartition("/")[2]]
+    return node
 
 
 def _path_str(path: Iterable[Any]) -> str:
@@ -218,7 +115,8 @@ def validate(doc: Any, source: str = "<workload>") -> None:
     msg = e.message
     hint = None
     node: Any = SCHEMA
-    for k in e.absolute_schema_path:
+    for k in e.absolute_schema_path:      # jsonschema leaves "$ref" out of the path
+        node = _resolved(node)
         if isinstance(node, dict) and "x-hint" in node:
             hint = node["x-hint"]
         try:
