@@ -12,7 +12,8 @@ import pytest
 from fakedp import programmed
 
 from dataplane.agent import protocol as proto
-from dataplane.agent.monitor import T_WITHDRAW, FabricMonitor, Notice, R_UTIL
+from dataplane.agent.monitor import FabricMonitor
+from dataplane.agent.notices import R_UTIL, T_WITHDRAW, Notice
 from dataplane.agent.server import ControlServer
 from dataplane.experiment import runner, session
 from dataplane.experiment.spec import Experiment, ModeSpec
