@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import threading
 
+from dataplane.closing import Closing
 from dataplane.nic import report
 from dataplane.nic.responder import NicResponder
 from dataplane.runtime.labspec import LabSpec
@@ -37,7 +38,7 @@ def receive_side(spec: LabSpec, wanted: str, *, closed_loop: bool, has_events: b
     return "kernel", "open loop, XDP switches"
 
 
-class KernelReceivers:
+class KernelReceivers(Closing):
     """Every receiving host's ports under one NicResponder (module doc). Use as a
     context manager: leaving it detaches everything, also on an error."""
 
@@ -99,9 +100,3 @@ class KernelReceivers:
         if self._reader is not None and self._reader.is_alive():
             self._reader.join()
         self.nic.close()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
