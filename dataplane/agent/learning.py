@@ -17,6 +17,9 @@ log = logging.getLogger("railab.arn")
 class Learning:
     def __init__(self, monitor):
         self.m = monitor
+        self.learn_gen = 0                  # the data plane's learn generation last read
+        self.learned: dict[tuple[str, str], dict] = {}    # (leaf, host ip) -> its learned entry
+        self.next_learn = 0                 # monotonic ns of the next poll
 
     def enable(self) -> None:
         with self.m.lock:
@@ -46,7 +49,7 @@ class Learning:
         progress_at, seen = time.monotonic(), -1
         while True:
             with self.m.lock:
-                missing = expected - set(self.m.learned)
+                missing = expected - set(self.learned)
             if not missing or time.monotonic() > deadline:
                 return len(missing)
             if len(missing) != seen:
@@ -61,9 +64,9 @@ class Learning:
 
     def poll(self) -> None:
         gen = self.m.dp.learn_generation()
-        if gen == self.m.learn_gen:
+        if gen == self.learn_gen:
             return
-        self.m.learn_gen = gen
+        self.learn_gen = gen
         with self.m.lock:
             for h in self.m.dp.learned_hosts():
                 node = self.m.spec.find_switch(h["switch_id"])
@@ -71,10 +74,10 @@ class Learning:
                 if node is None or owner is None:
                     continue
                 key = (node.name, h["ip"])
-                if self.m.learned.get(key, {}).get("ifindex") == h["ifindex"]:
+                if self.learned.get(key, {}).get("ifindex") == h["ifindex"]:
                     continue
                 installed = self.m.p.install_host_route(node, owner[1], h["ip"])
-                self.m.learned[key] = h     # only once its routes are in (wait_learned counts it)
+                self.learned[key] = h     # only once its routes are in (wait_learned counts it)
                 for sw in installed:
                     for (esw, p), t in list(self.m.excl.items()):   # keep exclusions in force
                         if esw == sw and t and ipaddress.IPv4Address(h["ip"]) in ipaddress.IPv4Network(p):

@@ -48,7 +48,7 @@ import time
 
 from dataplane.agent.congestion import Congestion
 from dataplane.agent.failover import RTMGRP_LINK, Failover
-from dataplane.agent.flows import EXACT_SAMPLE_SHIFT, FLOW_SAMPLE_SHIFT, FlowTable
+from dataplane.agent.flows import EXACT_SAMPLE_SHIFT, FLOW_SAMPLE_SHIFT
 from dataplane.agent.learning import Learning, announce_hosts
 from dataplane.agent.notices import ARN_PORT, GRANULARITIES, Notices
 from dataplane.kernel.netns import in_netns
@@ -93,24 +93,15 @@ class FabricMonitor:
         # receiver state: (switch, prefix) -> {reporter id: expiry monotonic ns or 0}
         self.excl: dict[tuple[str, str], dict[int, int]] = {}
         self.dyn_routes: set[tuple[str, str]] = set()
-        # sender state: (switch, prefix) withdrawn for link down; (switch, port) -> last ARN ns
+        # sender state: (switch, prefix) withdrawn for link down (ARN state: Congestion)
         self.withdrawn: set[tuple[str, str]] = set()
-        self.arn_last: dict[tuple[str, int], int] = {}
-        self.arn_active: dict[tuple[str, int], int] = {}
-        self.arn_named: dict[tuple[str, int], dict[tuple, int]] = {}   # flows a port named, until
         self.held: set[int] = set()
         # ifindex -> monotonic ns when release() applied its live state: netlink messages
         # about it for a while after that may describe the repair half-way (up, carrier
         # not yet back) and are checked against the kernel before they count
         self.released_ns: dict[int, int] = {}
-        self.learn_gen = 0
-        self.learned: dict[tuple[str, str], dict] = {}
-        self.next_learn = 0
         # receiver state at --granularity flow: (switch, 5-tuple) -> the TM entry moving it
         self.flow_moves: dict[tuple[str, tuple], dict] = {}
-        self._flow_table: FlowTable | None = None    # made on first flow-granular poll
-        self._arn_port_list: list | None = None     # see Congestion.arn_ports
-        self._arn_port_gen = -1
         self.notices = Notices(self)
         self.failover = Failover(self)
         self.congestion = Congestion(self)
@@ -191,8 +182,8 @@ class FabricMonitor:
                 self.notices.expire(now)
                 if self.cfg["arn"]:
                     self.congestion.poll(now)
-                if self.cfg["learn"] and now >= self.next_learn:
-                    self.next_learn = now + 50_000_000
+                if self.cfg["learn"] and now >= self.learning.next_learn:
+                    self.learning.next_learn = now + 50_000_000
                     self.learning.poll()
             except Exception:
                 log.exception("fabric monitor: periodic work")
@@ -214,9 +205,7 @@ class FabricMonitor:
             self.withdrawn = {k for k in self.withdrawn if k[0] != name}
             for key in [k for k, m in self.flow_moves.items() if name in (k[0], m["reporter"])]:
                 self.notices.unmove_flow(key)
-            for key in [k for k in self.arn_active if k[0] == name]:
-                self.arn_active.pop(key, None)
-                self.arn_named.pop(key, None)
+            self.congestion.forget(name)
 
     def _drop_congestion_state(self) -> None:
         with self.lock:
@@ -225,8 +214,7 @@ class FabricMonitor:
                     if exp:
                         del table[r]
                 self.notices.apply_excl(self.spec.node(key[0]), key[1])
-            self.arn_active.clear()
-            self.arn_named.clear()
+            self.congestion.forget()
 
     def status(self) -> dict:
         with self.lock:
@@ -242,7 +230,7 @@ class FabricMonitor:
                                 "avoid": m["reporter"], "expires_ns": m["expires_ns"]}
                                for (sw, five), m in self.flow_moves.items()],
                 "learned": [{"switch": sw, "ip": ip, "port": self.spec.port(h["ifindex"])[1].name,
-                             "mac": h["mac"]} for (sw, ip), h in sorted(self.learned.items())]}
+                             "mac": h["mac"]} for (sw, ip), h in sorted(self.learning.learned.items())]}
 
     def recent_events(self, since_ns: int = 0) -> list[dict]:
         return [e for e in list(self.events)
