@@ -13,11 +13,12 @@ import pytest
 import dataplane
 from dataplane import units
 from dataplane.errors import RailabError
-from dataplane.traffic import workload
+from dataplane.traffic import workload, workloadschema
+from dataplane.traffic.sizes import parse_dist
 from dataplane.traffic.transport import TRANSPORTS, DcqcnParams
 from dataplane.wire import roce
 from dataplane.traffic.workload import (Host, Nic, WorkloadError, generate, load,
-                                        load_dict, load_flows, parse_dist, parse_duration,
+                                        load_dict, load_flows, parse_duration,
                                         parse_rate, parse_size)
 import random
 
@@ -231,13 +232,13 @@ def test_schema_errors_one_line_with_file_and_field(wfile, edit, field):
 def test_schema_hints_reach_through_the_files_refs(doc, message):
     """The schema file shares its pieces by "$ref"; the hints still name what was expected."""
     with pytest.raises(WorkloadError) as ei:
-        workload.validate({"pattern": {"type": "ring-allreduce"}, **doc}, "wl.yaml")
+        workloadschema.validate({"pattern": {"type": "ring-allreduce"}, **doc}, "wl.yaml")
     assert str(ei.value) == f"wl.yaml: {message}"
 
 
 def test_schema_file_agrees_with_the_code():
     """The JSON schema spells out railab's own patterns and enums; they must stay the code's."""
-    schema = workload.SCHEMA
+    schema = workloadschema.SCHEMA
     defs, top = schema["$defs"], schema["properties"]
     assert defs["size"]["anyOf"][1]["pattern"] == units.SIZE_RE.pattern
     assert defs["rate"]["anyOf"][1]["pattern"] == units.RATE_RE.pattern
@@ -256,7 +257,7 @@ def test_schema_file_ships_with_the_package():
     """pyproject.toml's package data takes the schema folder's JSON files."""
     pyproject = tomllib.loads((Path(__file__).resolve().parents[2] / "pyproject.toml").read_text())
     globs = pyproject["tool"]["setuptools"]["package-data"]["dataplane"]
-    relative = workload.SCHEMA_PATH.relative_to(Path(dataplane.__file__).resolve().parent)
+    relative = workloadschema.SCHEMA_PATH.relative_to(Path(dataplane.__file__).resolve().parent)
     assert any(fnmatch.fnmatch(str(relative), g) for g in globs), (relative, globs)
 
 
