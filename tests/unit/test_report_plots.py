@@ -10,7 +10,7 @@ pytest.importorskip("matplotlib")
 
 from matplotlib.image import imread  # noqa: E402
 
-from dataplane.report import idlemodel, metrics, plots, sweep, table  # noqa: E402
+from dataplane.report import fabricplot, idlemodel, metrics, plots, sweep, table  # noqa: E402
 from dataplane.topology.generate import generate  # noqa: E402
 
 SCALED = 1e8  # 400G emulated at 100 Mb/s
@@ -132,7 +132,7 @@ def test_write_plots_sweep(tmp_path):
                                          ("rail-only", {})])
 def test_fabric_drawing_all_kinds(tmp_path, kind, params):
     run = make_run(kind, **params)
-    w, h = check_png(plots.plot_fabric(run, tmp_path / "f.png"))
+    w, h = check_png(fabricplot.plot_fabric(run, tmp_path / "f.png"))
     assert w > h  # tiers as rows: wider than tall
 
 
