@@ -20,15 +20,13 @@ from ipaddress import IPv4Address, IPv4Interface, IPv4Network
 from dataplane import timescale
 from dataplane.lab import faults
 from dataplane.agent import client
-from dataplane.agent.protocol import CounterSnapshot
 from dataplane.experiment.spec import NAV_MODES, Experiment, ModeSpec
-from dataplane.experiment import timeline
+from dataplane.experiment import deltas, timeline
 from dataplane.agent.pathtrace import FlowKey, path_links, touches
 from dataplane.lab.fabric import Fabric
 from dataplane.nic.hosts import KernelReceivers, receive_side
 from dataplane.report import faultruns
 from dataplane.runtime.labspec import LabSpec
-from dataplane.topology.model import TIER
 from dataplane.traffic import workload as wl
 from dataplane.traffic.hostrun import flow_to_json  # noqa: F401 (re-exported)
 from dataplane.traffic.transport import DcqcnParams
@@ -83,62 +81,6 @@ def _spawn(args: list[str]) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "dataplane.traffic.hostrun", *args],
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)
-
-
-def _link_bytes(spec: LabSpec, before: CounterSnapshot, after: CounterSnapshot) -> list[dict]:
-    """Per link, oriented upwards (host -> leaf -> spine -> core: a->b is "up"): bytes and
-    packets each way from whichever end is a switch (hosts have no counters), the
-    nominal speed and the emulated speed the agent reported for the link's ports."""
-    roles = {n.name: n.role for n in spec.nodes}
-    delta = after.minus(before)
-
-    def count(a: tuple[str, str], b: tuple[str, str], field: str) -> int:
-        """a -> b: what a sent, else what b received, else 0."""
-        sent, got = delta.port(*a), delta.port(*b)
-        if sent is not None:
-            return getattr(sent, f"tx_{field}")
-        return getattr(got, f"rx_{field}") if got is not None else 0
-
-    links, seen = [], set()
-    for node in spec.nodes:
-        for iface in node.interfaces:
-            key = frozenset((f"{node.name}:{iface.name}", iface.peer))
-            if key in seen:
-                continue
-            seen.add(key)
-            a, b = (node.name, iface.name), (iface.peer_node, iface.peer_if)
-            if TIER[roles[a[0]]] > TIER[roles[b[0]]]:
-                a, b = b, a
-            port = after.port(*a) or after.port(*b)
-            links.append({
-                "a": f"{a[0]}:{a[1]}", "b": f"{b[0]}:{b[1]}", "a_role": roles[a[0]], "b_role": roles[b[0]],
-                "bytes_ab": count(a, b, "bytes"), "bytes_ba": count(b, a, "bytes"),
-                "packets_ab": count(a, b, "packets"), "packets_ba": count(b, a, "packets"),
-                # the record's names: speed_bps nominal, scaled_bps emulated (None: no port model)
-                "speed_bps": iface.speed_bps, "scaled_bps": (port.speed_bps or None) if port else None,
-            })
-    return links
-
-
-def _pfc_ports(before: CounterSnapshot, after: CounterSnapshot) -> dict:
-    """'switch:port' -> its PFC counters over the run (ports that paused or were paused)."""
-    out = {}
-    for switch, port, c in after.minus(before).ports():
-        if c.pfc and (c.pfc.get("pause_frames_sent") or c.pfc.get("pause_frames_received")
-                      or c.pfc.get("headroom_drops")):
-            out[f"{switch}:{port}"] = dict(c.pfc)
-    return out
-
-
-def _switch_totals(before: CounterSnapshot, after: CounterSnapshot) -> dict:
-    drops: dict[str, int] = {}
-    ecn = 0
-    for _, _, c in after.minus(before).ports():
-        for reason, n in c.drops.items():
-            if n:
-                drops[reason] = drops.get(reason, 0) + n
-        ecn += c.ecn_marked
-    return {"drops": sum(drops.values()), "drops_by_reason": drops, "ecn_marked": ecn}
 
 
 def apply_mode(fabric: Fabric, mode: ModeSpec, seed: int | None = None) -> None:
@@ -448,7 +390,7 @@ def run_once(spec: LabSpec, experiment: Experiment, flows: list[wl.Flow], label:
                     proc.wait()
     after = fabric.snapshot()
     nav_status = fabric.nav_status() if mode in NAV_MODES else None
-    links = _link_bytes(spec, before, after)
+    links = deltas.link_bytes(spec, before, after)
     bins, bin_ns = timeline.merge_bins(received)
 
     flow_records = []
@@ -483,8 +425,8 @@ def run_once(spec: LabSpec, experiment: Experiment, flows: list[wl.Flow], label:
         "nodes": [{"name": n.name, "role": n.role, "rail": n.rail, "plane": n.plane} for n in spec.nodes],
         "links": links,
         "flows": flow_records,
-        "switches": _switch_totals(before, after),
-        "pfc_ports": _pfc_ports(before, after),
+        "switches": deltas.switch_totals(before, after),
+        "pfc_ports": deltas.pfc_ports(before, after),
         "host_pfc": host_pfc,
         # frames the receivers' sockets overflowed on: in `lost`, but not the fabric's doing
         "receiver_drops": receiver_drops,
