@@ -21,3 +21,7 @@ class RuntimeStateError(RailabError):
 
 class UsageError(RailabError):
     """A command-line option value that cannot be used."""
+
+
+class WorkloadError(RailabError):
+    """A workload file or parameter that cannot produce flows."""

@@ -29,10 +29,11 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from ipaddress import IPv4Address, IPv4Interface
+from ipaddress import IPv4Address
 
 from dataplane import timescale
 from dataplane.agent.flows import EXACT_SAMPLE_SHIFT, FLOW_SAMPLE_SHIFT, FlowTable
+from dataplane.agent.navpaths import Link, NavFabric, Path
 
 DEFAULT_INTERVAL_US = 2.0       # real-fabric time (0.4 s of wall time at scale 5e-6)
 MIN_WALL_INTERVAL_S = 0.05      # the agent's Python loop reads every port; not faster
@@ -46,8 +47,6 @@ ANNOUNCED_IDLE_S = 5.0          # ... and may pause that long once it has starte
 ROUNDS_KEPT = 200
 EVENTS_KEPT = 200               # per round: bytes each busy leaf uplink sent (status "rounds")
 
-Link = tuple[str, str]                  # (switch, egress port)
-Path = tuple[Link, ...]                 # leaf uplink, spine downlink
 Five = tuple[str, str, int, int, int]   # src, dst, sport, dport, proto
 
 
@@ -73,10 +72,8 @@ class Navigator:
         self.p = programmer
         self.lock = lock
         spec = programmer.spec
-        self.roles = {n.name: n.role for n in spec.nodes}
-        self.nodes = {n.name: n for n in spec.switches}
-        self.paths = self._paths()
-        self.host_leaves = self._host_leaves()
+        self.fabric = NavFabric(programmer)
+        self.roles, self.paths = self.fabric.roles, self.fabric.paths
         self.placed: dict[Five, Placed] = {}
         self.thread: threading.Thread | None = None
         self.stop_event = threading.Event()
@@ -86,7 +83,6 @@ class Navigator:
         self.last_plan: dict = {}
         self.events: list[dict] = []
         self.error: str | None = None
-        self._bytes: dict[Link, tuple[float, int]] = {}
         self._last_loads: dict[Link, float] = {}
         self.rounds: deque[dict] = deque(maxlen=ROUNDS_KEPT)
         slots = {}
@@ -95,58 +91,12 @@ class Navigator:
                 slots[programmer.dp.port_info(iface.ifindex).slot] = (node.name, iface.name)
         self.flows = FlowTable(programmer.dp, slots, self._speed)
 
-    # ------------------------------------------------------------ topology
-    def _paths(self) -> dict[tuple[str, str], list[Path]]:
-        """(source leaf, destination leaf) -> every leaf-spine-leaf path."""
-        leaves = [n for n in self.nodes.values() if n.role == "leaf"]
-        out: dict[tuple[str, str], list[Path]] = {}
-        for a in leaves:
-            for up in a.interfaces:
-                spine = self.nodes.get(up.peer_node)
-                if spine is None or spine.role != "spine":
-                    continue
-                for down in spine.interfaces:
-                    b = down.peer_node
-                    if b != a.name and self.roles.get(b) == "leaf":
-                        out.setdefault((a.name, b), []).append(((a.name, up.name), (spine.name, down.name)))
-        return out
-
-    def _host_leaves(self) -> dict[str, list[str]]:
-        """Host NIC address -> the leaves its ports hang off."""
-        spec = self.p.spec
-        hosts = {h.name: h for h in spec.hosts}
-        out: dict[str, list[str]] = {}
-        for host, nics in spec.host_nics.items():
-            for nic in nics:
-                ip = str(IPv4Interface(nic.address).ip)
-                out[ip] = [hosts[host].interface(port).peer_node for port in nic.ports]
-        return out
-
-    def has_multipath(self) -> bool:
-        return any(len(p) > 1 for p in self.paths.values())
-
     def _speed(self, switch: str, port: str) -> int:
-        iface = self.nodes[switch].interface(port)
-        model = self.p.dp.port_model(iface.ifindex) or {}
-        return model.get("speed_bps") or iface.speed_bps
+        return self.fabric.speed(switch, port)
 
     def _link_alive(self, link: Link) -> bool:
-        iface = self.nodes[link[0]].interface(link[1])
-        peer = self.nodes.get(iface.peer_node)
-        up = self.p.dp.port_is_up(iface.ifindex)
-        if peer is not None:
-            up = up and self.p.dp.port_is_up(peer.interface(iface.peer_if).ifindex)
-        return up
+        return self.fabric.link_alive(link)
 
-    def _leaf_pair(self, src_ip: str, dst_ip: str, src_leaf: str | None = None) -> tuple[str, str] | None:
-        sources = [src_leaf] if src_leaf else self.host_leaves.get(src_ip, [])
-        for a in sources:
-            for b in self.host_leaves.get(dst_ip, []):
-                if (a, b) in self.paths:
-                    return a, b
-        return None
-
-    # ------------------------------------------------------------ control
     def wall_interval_s(self) -> float:
         return max(timescale.wall_seconds(self.interval_us * 1e-6, self.p.port_model["scale"]),
                    MIN_WALL_INTERVAL_S)
@@ -154,7 +104,7 @@ class Navigator:
     def start(self, interval_us: float | None = None) -> dict:
         if interval_us is not None and not interval_us > 0:
             raise NavError(f"interval must be more than 0 us (real-fabric time), not {interval_us:g}")
-        if not self.has_multipath():
+        if not self.fabric.has_multipath():
             raise NavError(f"lab {self.p.spec.name} has no leaf pair joined by more than one "
                            "leaf-spine-leaf path: nothing to navigate")
         if interval_us is not None:
@@ -162,7 +112,7 @@ class Navigator:
         if self.thread is None or not self.thread.is_alive():
             self.stop_event.clear()
             self.rounds.clear()
-            self._bytes.clear()
+            self.fabric.tx_seen.clear()
             with self.lock:
                 self.p.dp.set_flow_visibility(True, EXACT_SAMPLE_SHIFT)
             self.thread = threading.Thread(target=self._loop, name="nav", daemon=True)
@@ -191,64 +141,23 @@ class Navigator:
                 self.error = f"{type(err).__name__}: {err}"
             self.stop_event.wait(max(self.wall_interval_s() - (time.monotonic() - started), 0.0))
 
-    # ------------------------------------------------------------ announcements
     def announce(self, flows: list[dict]) -> dict:
         """End-network cooperation: flows hosts are about to send (src, dst, sport, dport,
         proto, bytes, start, rate_bps), planned together at once, before they start."""
-        parsed = []
-        for i, f in enumerate(flows):
-            where = f"announcement {i}"
-            for key in ("src", "dst"):
-                ip = f.get(key)
-                try:
-                    IPv4Address(str(ip))
-                except ValueError:
-                    raise NavError(f"{where}: {key} {ip!r} is not an IPv4 address") from None
-                if str(ip) not in self.host_leaves:
-                    raise NavError(f"{where}: {key} {ip} is not a host NIC of lab {self.p.spec.name}")
-            if float(f.get("bytes", 0)) < 0 or float(f.get("rate_bps", 0)) < 0:
-                raise NavError(f"{where}: bytes and rate_bps must be 0 or more")
-            five = (str(f["src"]), str(f["dst"]), int(f.get("sport", 0)), int(f.get("dport", 0)),
-                    int(f.get("proto", 17)))
-            rate = float(f.get("rate_bps") or 0) or float(f.get("bytes", 0)) * 8
-            parsed.append((five, rate, float(f.get("start", 0))))
+        parsed = parse_announcements(flows, self.fabric.host_leaves, self.p.spec.name)
         if self.thread is None or not self.thread.is_alive():
             raise NavError("navigation is not running: `railab nav LAB start` first")
         with self.lock:
             loads = self._background({})
             demands = []
             for five, rate, start in parsed:
-                pair = self._leaf_pair(five[0], five[1])
+                pair = self.fabric.leaf_pair(five[0], five[1])
                 if pair is None:
                     continue
                 grace = timescale.wall_seconds(start, self.p.port_model["scale"])
                 demands.append((five, rate, pair, None, grace))
             placed = self._assign(demands, loads, announced=True)
         return {"announced": len(parsed), "placed": placed}
-
-    # ------------------------------------------------------------ one round
-    def _link_loads(self) -> dict[Link, float]:
-        """b/s each leaf uplink and spine downlink sent since the last round; the bytes of
-        the leaf uplinks that sent any go to `rounds` (a record of balance over time)."""
-        now = time.monotonic()
-        out = {}
-        sent = {}
-        for path_list in self.paths.values():
-            for path in path_list:
-                for link in path:
-                    if link in out:
-                        continue
-                    iface = self.nodes[link[0]].interface(link[1])
-                    tx = self.p.dp.port_counters(iface.ifindex)["tx_bytes"]
-                    t0, b0 = self._bytes.get(link, (now, tx))
-                    out[link] = (tx - b0) * 8 / (now - t0) if now > t0 else 0.0
-                    self._bytes[link] = (now, tx)
-                    if self.roles[link[0]] == "leaf":
-                        sent.setdefault(link[0], {})[link[1]] = tx - b0
-        self.rounds.append({"t_ns": time.monotonic_ns(), "uplink_bytes": {
-            f"{leaf}:{port}": n for leaf, ports in sent.items() if sum(ports.values())
-            for port, n in ports.items()}})
-        return out
 
     def _background(self, heavy_on: dict[Link, float]) -> dict[Link, float]:
         """Per link: measured load minus the heavy flows measured on it (never below 0)."""
@@ -263,7 +172,7 @@ class Navigator:
         window_ns = int(self.wall_interval_s() * 1e9 * 1.5)
         flows = self.flows.read(window_ns)
         with self.lock:
-            self._last_loads = self._link_loads()
+            self._last_loads = self.fabric.link_loads(self.rounds)
             now = time.monotonic()
             # every heavy flow, where it was seen: source leaf uplink (and spine downlink)
             seen: dict[Five, dict] = {}
@@ -312,7 +221,7 @@ class Navigator:
             for five, entry in seen.items():
                 if five not in heavy:
                     continue
-                pair = self._leaf_pair(five[0], five[1], entry["src_leaf"])
+                pair = self.fabric.leaf_pair(five[0], five[1], entry["src_leaf"])
                 if pair is None:
                     continue
                 current = tuple(entry["links"][r] for r in ("leaf", "spine") if r in entry["links"])
@@ -323,7 +232,7 @@ class Navigator:
                     demands.append((five, placed.rate_bps, (placed.src_leaf, placed.dst_leaf), placed.path, 0.0))
             placed_now = self._assign(demands, loads, announced=False)
             self.plans += 1
-            dead = self._dead_links()
+            dead = self.fabric.dead_links()
             self.last_plan = {"t_ns": time.monotonic_ns(), "heavy_flows": len(demands),
                               "placed": placed_now, "dead_links": dead,
                               "entries_on_dead_links": self._entries_on(dead)}
@@ -336,10 +245,6 @@ class Navigator:
         """Installed entries whose egress is one of these links ("switch:port")."""
         dead = set(links)
         return sum(1 for p in self.placed.values() for s, i in p.path if f"{s}:{i}" in dead)
-
-    def _dead_links(self) -> list[str]:
-        links = {l for ps in self.paths.values() for p in ps for l in p}
-        return sorted(f"{s}:{p}" for s, p in links if not self._link_alive((s, p)))
 
     def _assign(self, demands, loads: dict[Link, float], announced: bool) -> int:
         """Greedy, heaviest first (module doc). Installs what changed; returns how many
@@ -434,7 +339,6 @@ class Navigator:
                 continue
             self.p.tm_del(switch, src=src, dst=dst, sport=sport, dport=dport, proto=proto)
 
-    # ------------------------------------------------------------ reading
     def status(self) -> dict:
         with self.lock:
             entries: dict[str, int] = {}
@@ -453,3 +357,26 @@ class Navigator:
                 "last_plan": self.last_plan, "error": self.error, "rounds": list(self.rounds),
                 "events": list(self.events),
             }
+
+
+def parse_announcements(flows: list[dict], host_leaves: dict, lab: str) -> list[tuple[Five, float, float]]:
+    """(five-tuple, rate b/s, start s) of each announced flow (Navigator.announce), or
+    NavError naming the first that is not one of the lab's host pairs."""
+    parsed = []
+    for i, f in enumerate(flows):
+        where = f"announcement {i}"
+        for key in ("src", "dst"):
+            ip = f.get(key)
+            try:
+                IPv4Address(str(ip))
+            except ValueError:
+                raise NavError(f"{where}: {key} {ip!r} is not an IPv4 address") from None
+            if str(ip) not in host_leaves:
+                raise NavError(f"{where}: {key} {ip} is not a host NIC of lab {lab}")
+        if float(f.get("bytes", 0)) < 0 or float(f.get("rate_bps", 0)) < 0:
+            raise NavError(f"{where}: bytes and rate_bps must be 0 or more")
+        five = (str(f["src"]), str(f["dst"]), int(f.get("sport", 0)), int(f.get("dport", 0)),
+                int(f.get("proto", 17)))
+        rate = float(f.get("rate_bps") or 0) or float(f.get("bytes", 0)) * 8
+        parsed.append((five, rate, float(f.get("start", 0))))
+    return parsed

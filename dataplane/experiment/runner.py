@@ -20,15 +20,13 @@ from ipaddress import IPv4Address, IPv4Interface, IPv4Network
 from dataplane import timescale
 from dataplane.lab import faults
 from dataplane.agent import client
-from dataplane.agent.protocol import CounterSnapshot
 from dataplane.experiment.spec import NAV_MODES, Experiment, ModeSpec
-from dataplane.experiment import timeline
+from dataplane.experiment import deltas, timeline
 from dataplane.agent.pathtrace import FlowKey, path_links, touches
 from dataplane.lab.fabric import Fabric
 from dataplane.nic.hosts import KernelReceivers, KernelSenders, receive_side, send_side
-from dataplane.report import metrics
+from dataplane.report import faultruns
 from dataplane.runtime.labspec import LabSpec
-from dataplane.topology.model import TIER
 from dataplane.traffic import workload as wl
 from dataplane.traffic.hostrun import flow_to_json  # noqa: F401 (re-exported)
 from dataplane.traffic.transport import DcqcnParams
@@ -83,62 +81,6 @@ def _spawn(args: list[str]) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "dataplane.traffic.hostrun", *args],
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)
-
-
-def _link_bytes(spec: LabSpec, before: CounterSnapshot, after: CounterSnapshot) -> list[dict]:
-    """Per link, oriented upwards (host -> leaf -> spine -> core: a->b is "up"): bytes and
-    packets each way from whichever end is a switch (hosts have no counters), the
-    nominal speed and the emulated speed the agent reported for the link's ports."""
-    roles = {n.name: n.role for n in spec.nodes}
-    delta = after.minus(before)
-
-    def count(a: tuple[str, str], b: tuple[str, str], field: str) -> int:
-        """a -> b: what a sent, else what b received, else 0."""
-        sent, got = delta.port(*a), delta.port(*b)
-        if sent is not None:
-            return getattr(sent, f"tx_{field}")
-        return getattr(got, f"rx_{field}") if got is not None else 0
-
-    links, seen = [], set()
-    for node in spec.nodes:
-        for iface in node.interfaces:
-            key = frozenset((f"{node.name}:{iface.name}", iface.peer))
-            if key in seen:
-                continue
-            seen.add(key)
-            a, b = (node.name, iface.name), (iface.peer_node, iface.peer_if)
-            if TIER[roles[a[0]]] > TIER[roles[b[0]]]:
-                a, b = b, a
-            port = after.port(*a) or after.port(*b)
-            links.append({
-                "a": f"{a[0]}:{a[1]}", "b": f"{b[0]}:{b[1]}", "a_role": roles[a[0]], "b_role": roles[b[0]],
-                "bytes_ab": count(a, b, "bytes"), "bytes_ba": count(b, a, "bytes"),
-                "packets_ab": count(a, b, "packets"), "packets_ba": count(b, a, "packets"),
-                # the record's names: speed_bps nominal, scaled_bps emulated (None: no port model)
-                "speed_bps": iface.speed_bps, "scaled_bps": (port.speed_bps or None) if port else None,
-            })
-    return links
-
-
-def _pfc_ports(before: CounterSnapshot, after: CounterSnapshot) -> dict:
-    """'switch:port' -> its PFC counters over the run (ports that paused or were paused)."""
-    out = {}
-    for switch, port, c in after.minus(before).ports():
-        if c.pfc and (c.pfc.get("pause_frames_sent") or c.pfc.get("pause_frames_received")
-                      or c.pfc.get("headroom_drops")):
-            out[f"{switch}:{port}"] = dict(c.pfc)
-    return out
-
-
-def _switch_totals(before: CounterSnapshot, after: CounterSnapshot) -> dict:
-    drops: dict[str, int] = {}
-    ecn = 0
-    for _, _, c in after.minus(before).ports():
-        for reason, n in c.drops.items():
-            if n:
-                drops[reason] = drops.get(reason, 0) + n
-        ecn += c.ecn_marked
-    return {"drops": sum(drops.values()), "drops_by_reason": drops, "ecn_marked": ecn}
 
 
 def apply_mode(fabric: Fabric, mode: ModeSpec, seed: int | None = None) -> None:
@@ -276,12 +218,12 @@ def _on_failed(spec: LabSpec, path: dict, events: list[dict]) -> bool:
 
 def _with_reaction(spec: LabSpec, fired: list[dict], scheduled: list[dict], since_ns: int) -> list[dict]:
     """The fired events, each with the data plane's reaction from the agent's log
-    (metrics.dataplane_reaction); as fired when the log cannot be read."""
+    (faultruns.dataplane_reaction); as fired when the log cannot be read."""
     if not scheduled:
         return fired
     try:
         until = time.monotonic_ns()
-        return metrics.dataplane_reaction(fired, faults.events(spec.name, since_ns), until)
+        return faultruns.dataplane_reaction(fired, faults.events(spec.name, since_ns), until)
     except Exception as err:  # the run's traffic figures stand without it
         return [{**e, "reaction_error": str(err)} for e in fired]
 
@@ -462,7 +404,7 @@ def run_once(spec: LabSpec, experiment: Experiment, flows: list[wl.Flow], label:
                     proc.wait()
     after = fabric.snapshot()
     nav_status = fabric.nav_status() if mode in NAV_MODES else None
-    links = _link_bytes(spec, before, after)
+    links = deltas.link_bytes(spec, before, after)
     bins, bin_ns = timeline.merge_bins(received)
 
     flow_records = []
@@ -499,8 +441,8 @@ def run_once(spec: LabSpec, experiment: Experiment, flows: list[wl.Flow], label:
         "nodes": [{"name": n.name, "role": n.role, "rail": n.rail, "plane": n.plane} for n in spec.nodes],
         "links": links,
         "flows": flow_records,
-        "switches": _switch_totals(before, after),
-        "pfc_ports": _pfc_ports(before, after),
+        "switches": deltas.switch_totals(before, after),
+        "pfc_ports": deltas.pfc_ports(before, after),
         "host_pfc": host_pfc,
         # frames the receivers' sockets overflowed on: in `lost`, but not the fabric's doing
         "receiver_drops": receiver_drops,
@@ -516,7 +458,7 @@ def run_once(spec: LabSpec, experiment: Experiment, flows: list[wl.Flow], label:
         "uplink_queues": {port: {"max": max(q), "mean": sum(q) / len(q), "samples": len(q), "bytes": q}
                           for port, q in clock.uplink_queues.items() if q and max(q) > 0},
         # when those samples were taken (s from t = 0), and the pause frames every switch
-        # port had sent by then: queues and pauses by phase (metrics.steady_state)
+        # port had sent by then: queues and pauses by phase (closedloop.steady_state)
         "sample_t": clock.sample_t,
         "pause_frames_at": clock.pause_frames_at,
         "t0_ns": int(started * 1e9),         # CLOCK_MONOTONIC of t = 0 (send times are on it)

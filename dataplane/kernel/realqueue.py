@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pyroute2 import IPRoute
 from pyroute2.netlink.exceptions import NetlinkError
 
+from dataplane.closing import Closing
 from dataplane.kernel.netns import in_netns
 
 TC_INGRESS = "ffff:fff2"
@@ -84,7 +85,7 @@ def hold_bps(burst_bytes: int) -> int:
     return math.ceil(1.25 * burst_bytes * 8 * 1e9 / TBF_MAX_BUCKET_NS)   # 1.25: tick rounding
 
 
-class NamespaceQueues:
+class NamespaceQueues(Closing):
     """Real queues on the ports of one switch namespace, over one netlink socket. Use it
     on one thread: pyroute2 (0.9) answers dumps only on the thread that opened the socket."""
 
@@ -101,12 +102,6 @@ class NamespaceQueues:
 
     def close(self) -> None:
         self._ipr.close()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
 
     def attach(self, ifindex: int, handoff_fd: int) -> None:
         """clsact + tc_handoff on ingress of ifindex (replacing an earlier one)."""

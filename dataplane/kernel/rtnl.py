@@ -14,6 +14,7 @@ import socket
 import struct
 from ipaddress import IPv4Address, IPv4Interface, IPv4Network
 
+from dataplane.closing import Closing
 from dataplane.kernel.netns import in_netns
 
 NETLINK_ROUTE = 0
@@ -172,7 +173,7 @@ def rule(src: str, table: int, priority: int, label: str = "") -> Request:
 
 
 # ------------------------------------------------------------------ sending
-class Socket:
+class Socket(Closing):
     """A NETLINK_ROUTE socket opened in a namespace (None: the caller's). It stays in that
     namespace whatever thread uses it later."""
 
@@ -196,13 +197,6 @@ class Socket:
 
     def close(self) -> None:
         self.sock.close()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-        return False
 
     def run(self, requests, *, keep_going: bool = False) -> list[NetlinkError]:
         """Send every request, BATCH per system call, in order. Stops at the first batch

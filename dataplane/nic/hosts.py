@@ -21,6 +21,7 @@ import tempfile
 import threading
 from pathlib import Path
 
+from dataplane.closing import Closing
 from dataplane.nic import report
 from dataplane.nic.engine import EngineError, SendEngine, engine_binary, write_schedule
 from dataplane.nic.responder import NicResponder
@@ -61,7 +62,7 @@ def send_side(wanted: str, *, closed_loop: bool, pfc: bool) -> tuple[str, str]:
     return "kernel", "open loop, no PFC"
 
 
-class KernelSenders:
+class KernelSenders(Closing):
     """Every sending host's flows in one engine process (module doc). `sends`: (host, its
     port, Flow) per flow. Use as a context manager: leaving it ends the engine."""
 
@@ -98,14 +99,8 @@ class KernelSenders:
         finally:
             self._folder.cleanup()
 
-    def __enter__(self):
-        return self
 
-    def __exit__(self, *exc):
-        self.close()
-
-
-class KernelReceivers:
+class KernelReceivers(Closing):
     """Every receiving host's ports under one NicResponder (module doc). Use as a
     context manager: leaving it detaches everything, also on an error."""
 
@@ -167,9 +162,3 @@ class KernelReceivers:
         if self._reader is not None and self._reader.is_alive():
             self._reader.join()
         self.nic.close()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()

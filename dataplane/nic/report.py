@@ -9,7 +9,7 @@ What differs, and why:
   * latency p50/p99 come from a log-linear histogram (4 slots per power of two, so within
     12 % of the exact value); count, min, max and mean are exact. Message completion
     times are exact: each completion is an event.
-  * a flow's loss timing (outage, recovery: dataplane.traffic.receiver.loss_timing) needs
+  * a flow's loss timing (outage, recovery: dataplane.traffic.rxstats.loss_timing) needs
     the send time of every packet around each loss, which the NIC does not keep; it is
     reported unknown, with a note saying so.
   * delivered bytes are binned when a frame arrived; a bin holding more than the
@@ -22,7 +22,7 @@ from __future__ import annotations
 from typing import Iterable, Mapping
 
 from dataplane.nic.responder import MsgEvent, log_slot_low
-from dataplane.traffic.receiver import _summary as exact_summary
+from dataplane.traffic.rxstats import summary as exact_summary
 from dataplane.wire.roce import PSN_MASK
 
 TIMING_NOTE = "kernel NIC: no per-packet send times kept (loss windows need the Python hosts)"

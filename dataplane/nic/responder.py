@@ -19,6 +19,7 @@ import zlib
 from pathlib import Path
 
 from dataplane import timescale
+from dataplane.closing import Closing
 from dataplane.kernel.netns import in_netns
 from dataplane.nic.ringbuf import RingBuffer
 from dataplane.xdp import bpfcache, bpfio
@@ -158,7 +159,7 @@ def qp_dict(key: QpKey, q: NicQp) -> dict:
     return d
 
 
-class NicResponder:
+class NicResponder(Closing):
     """The responder object: load, configure, attach, read, close (module doc)."""
 
     def __init__(self, *, max_qps: int = DEFAULT_MAX_QPS, **config):
@@ -336,12 +337,6 @@ class NicResponder:
             if self._events is not None:
                 self._events.close()
             self._object.close()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
 
 
 def prog_id_of(fd: int) -> int:

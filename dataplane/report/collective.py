@@ -1,10 +1,11 @@
 """A collective's numbers: how evenly each leaf's uplinks carried it, when its last byte
 arrived, and the ideal completion time the fabric's capacity allows.
 
-Computed from a RUN dict of the experiment runner (see metrics). Definitions:
+Computed from a RUN dict of the experiment runner (see metrics; its accessors are in
+rundata). Definitions:
 
 * **per-leaf uplink spread**: for each sending leaf (one that sent at least
-  metrics.SENDING_LEAF_SHARE of what the busiest leaf sent upwards), the bytes each of its
+  rundata.SENDING_LEAF_SHARE of what the busiest leaf sent upwards), the bytes each of its
   leaf->spine uplinks sent over the run's whole window (counters read before the senders
   start and after the queues drained, so from the first packet to the last);
   ``leaf_uplink_max_over_mean`` / ``leaf_uplink_min_over_mean`` are the worst leaf's
@@ -37,7 +38,8 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from dataplane.report.metrics import SENDING_LEAF_SHARE, host_port_links, max_mean   # (imports this module lazily)
+from dataplane.report.rundata import SENDING_LEAF_SHARE, host_port_links
+from dataplane.report.stats import max_mean
 from dataplane.topology.model import Endpoint
 
 # (lower role, upper role) of the links that leave a leaf for a spine

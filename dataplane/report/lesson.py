@@ -8,6 +8,7 @@ differently says so. Pure code."""
 from __future__ import annotations
 
 from dataplane.report import metrics as m
+from dataplane.report import rundata
 
 EVEN = 1.10        # max/mean at or under this reads as "even"
 UNEVEN = 1.25      # ... over this as "uneven"
@@ -25,7 +26,7 @@ def _figures(results) -> list[tuple[str, str, float, int, float]]:
     """(label, kind, uplink max/mean, idle uplinks, reorder %) of each mode with a
     balance figure, averaged over its runs."""
     out = []
-    for label, runs in m.group_runs(results).items():
+    for label, runs in rundata.group_runs(results).items():
         per = [m.run_metrics(r) for r in runs]
         ratios = [p["uplink_max_mean"] for p in per if p["uplink_max_mean"] is not None]
         if not ratios:

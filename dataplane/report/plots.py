@@ -13,7 +13,7 @@ paths:
                        fault runs each mode's legend entry carries its fault figures and
                        ticks mark the send times of its lost packets
   idle-sweep.png       idle uplinks over a seed sweep vs uniform random hashing
-`results` is what metrics.group_runs accepts (list of RUNs, {mode: RUN | [RUN]}, or an
+`results` is what rundata.group_runs accepts (list of RUNs, {mode: RUN | [RUN]}, or an
 experiment dict with "runs"/"sweep"). A mode with several runs is drawn from their mean
 (bars, with std error bars) or pooled (CDF, histogram); the fabric and the timeline show
 its first run.
@@ -25,75 +25,26 @@ import re
 from pathlib import Path
 
 import matplotlib
-from matplotlib.cm import ScalarMappable
-from matplotlib.collections import LineCollection
-from matplotlib.colors import Normalize
 from matplotlib.figure import Figure
 from matplotlib.transforms import blended_transform_factory
 
+from dataplane.report import closedloop, faultruns, idlemodel, rundata, sweep
 from dataplane.report import metrics as m
-from dataplane.report import sweep
+from dataplane.report.fabricplot import plot_fabric
+from dataplane.report.plotstyle import palette_colour, rate_unit, save, slug, speed_note
+from dataplane.report.stats import percentile
 from dataplane.report.table import fmt_bps, fmt_us
-from dataplane.topology.model import TIER, Endpoint
-
-DPI = 110
-PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2",
-           "#17becf", "#bcbd22", "#7f7f7f")
-TIER_NAME = {"host": "hosts", "leaf": "leaves", "spine": "spines", "core": "cores"}
-ROLE_STYLE = {"host": ("s", "#606060"), "leaf": ("o", "#1f4e9c"), "spine": ("D", "#7b2d8b"),
-              "core": ("h", "#8b2d2d")}
-LOAD_CMAP = "plasma"
-
-
-def _rate_unit(max_bps: float) -> tuple[float, str]:
-    for div, unit in ((1e12, "Tb/s"), (1e9, "Gb/s"), (1e6, "Mb/s"), (1e3, "kb/s")):
-        if max_bps >= div:
-            return div, unit
-    return 1.0, "b/s"
-
-
-def _slug(text: str) -> str:
-    return re.sub(r"[^A-Za-z0-9._-]+", "_", text).strip("_") or "mode"
-
-
-def _node(ref: str) -> str:
-    """The node of a link end ("leaf1:up1" -> "leaf1")."""
-    return Endpoint.parse(ref).node
-
-
-def _colour(i: int) -> str:
-    return PALETTE[i % len(PALETTE)]
-
-
-def _speed_note(runs: list[dict]) -> str | None:
-    """'port 100 Mb/s emulated = 400 Gb/s nominal' from the first uplink (or any link)."""
-    for run in runs:
-        for link in m.uplinks(run) or []:
-            if link["scaled_bps"]:
-                nominal = f" = {fmt_bps(link['speed_bps'])} nominal" if link["speed_bps"] else ""
-                return f"port {fmt_bps(link['scaled_bps'])} emulated{nominal}"
-        for link in run.get("links", []):
-            if link.get("scaled_bps"):
-                nominal = f" = {fmt_bps(link['speed_bps'])} nominal" if link.get("speed_bps") else ""
-                return f"port {fmt_bps(link['scaled_bps'])} emulated{nominal}"
-    return None
-
-
-def _save(fig: Figure, path: Path) -> Path:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=DPI, facecolor="white")
-    return path
+from dataplane.topology.model import Endpoint
 
 
 # --------------------------------------------------------------------------- (a) loads
 
 def plot_uplink_loads(results, path) -> Path | None:
     """Bars of every uplink's load, one panel per mode (shared y); None without uplinks."""
-    groups = m.group_runs(results)
+    groups = rundata.group_runs(results)
     data = []
     for label, runs in groups.items():
-        per_run = [m.uplinks(r) for r in runs]
+        per_run = [rundata.uplinks(r) for r in runs]
         if not per_run or not per_run[0]:
             continue
         names = [u["name"] for u in per_run[0]]
@@ -109,7 +60,7 @@ def plot_uplink_loads(results, path) -> Path | None:
     top = max(max(d[3]) + (max(d[4]) if d[4] else 0) for d in data)
     scaled = [u["scaled_bps"] for d in data for u in d[2] if u["scaled_bps"]]
     cap = max(scaled) if scaled else None
-    div, unit = _rate_unit(max(top, cap or 0) or 1)
+    div, unit = rate_unit(max(top, cap or 0) or 1)
     n_modes = len(data)
     ncols = n_modes if n_modes <= 4 else 3
     nrows = math.ceil(n_modes / ncols)
@@ -124,13 +75,13 @@ def plot_uplink_loads(results, path) -> Path | None:
         for u in ups:
             if u["node"] not in nodes:
                 nodes.append(u["node"])
-        colours = ["#4c72b0"] * len(ups) if ranked else [_colour(nodes.index(u["node"])) for u in ups]
+        colours = ["#4c72b0"] * len(ups) if ranked else [palette_colour(nodes.index(u["node"])) for u in ups]
         xs = range(len(ups))
         ax.bar(xs, [v / div for v in mean], color=colours, edgecolor="black", linewidth=0.4,
                yerr=[s / div for s in std] if std else None, capsize=2 if std else 0,
                error_kw={"linewidth": 0.8})
-        carried = [m.data_bytes(u) for u in ups]     # idle as the table counts it
-        idle = ([i for i, v in enumerate(carried) if v < m.IDLE_FRACTION * max(carried)]
+        carried = [idlemodel.data_bytes(u) for u in ups]     # idle as the table counts it
+        idle = ([i for i, v in enumerate(carried) if v < idlemodel.IDLE_FRACTION * max(carried)]
                 if max(carried) > 0 and not ranked else [])
         if idle:
             ax.plot(idle, [0] * len(idle), linestyle="none", marker="x", color="#555555", markersize=6,
@@ -170,10 +121,10 @@ def plot_uplink_loads(results, path) -> Path | None:
         axes[idx // ncols][idx % ncols].set_visible(False)
     ax0 = axes[0][0]
     ax0.set_ylim(0, max(top, cap or 0) / div * 1.12 or 1)
-    note = _speed_note([d[1][0] for d in data])
+    note = speed_note([d[1][0] for d in data])
     fig.suptitle("Uplink load per mode (bars coloured by switch)" + (f" — {note}" if note else ""),
                  fontsize=12, fontweight="bold")
-    return _save(fig, path)
+    return save(fig, path)
 
 
 def _group_ticks(ax, ups: list[dict]) -> None:
@@ -209,10 +160,10 @@ def _group_ticks(ax, ups: list[dict]) -> None:
 
 def plot_fct_cdf(results, path) -> Path | None:
     """Message completion time CDF per mode (log x) and the tail (1 - CDF, log-log)."""
-    groups = m.group_runs(results)
+    groups = rundata.group_runs(results)
     series = []
     for label, runs in groups.items():
-        xs = sorted(x for r in runs for x in m.completions(r) if x > 0)
+        xs = sorted(x for r in runs for x in rundata.completions(r) if x > 0)
         if xs:
             series.append((label, xs))
     if not series:
@@ -222,8 +173,8 @@ def plot_fct_cdf(results, path) -> Path | None:
     for i, (label, xs) in enumerate(series):
         n = len(xs)
         ys = [(k + 1) / n for k in range(n)]
-        p50, p99 = m.percentile(xs, 50), m.percentile(xs, 99)
-        colour = _colour(i)
+        p50, p99 = percentile(xs, 50), percentile(xs, 99)
+        colour = palette_colour(i)
         ax.step(xs, ys, where="post", color=colour, linewidth=1.8,
                 label=f"{label}: p50 {fmt_us(p50)}, p99 {fmt_us(p99)} (n={n:,})")
         ax.plot([p99], [0.99], marker="o", color=colour, markersize=5)
@@ -244,17 +195,17 @@ def plot_fct_cdf(results, path) -> Path | None:
     tail.set_title("tail (1 − CDF)")
     tail.grid(which="both", alpha=0.25)
     fig.suptitle("Message completion times", fontsize=12, fontweight="bold")
-    return _save(fig, path)
+    return save(fig, path)
 
 
 def plot_slowdown(results, path) -> Path | None:
     """FCT slowdown per message size bucket, modes side by side: average (bars) and p99
     (markers above them), log y -- the HPCC/ConWeave figure style. None for open loop."""
-    groups = m.group_runs(results)
+    groups = rundata.group_runs(results)
     series = []
     for label, runs in groups.items():
         pooled = {"flows": [f for r in runs for f in r.get("flows", [])]}
-        buckets = m.slowdown_buckets(pooled)
+        buckets = closedloop.slowdown_buckets(pooled)
         if any(b["count"] for b in buckets):
             series.append((label, buckets))
     if not series:
@@ -267,8 +218,8 @@ def plot_slowdown(results, path) -> Path | None:
         xs = [k + (i - (len(series) - 1) / 2) * width for k in range(len(buckets))]
         avg = [b["avg"] or 0 for b in buckets]
         p99 = [b["p99"] or 0 for b in buckets]
-        ax.bar(xs, avg, width=width * 0.95, color=_colour(i), label=f"{label} avg")
-        ax.plot(xs, p99, linestyle="none", marker="v", color=_colour(i), markersize=7,
+        ax.bar(xs, avg, width=width * 0.95, color=palette_colour(i), label=f"{label} avg")
+        ax.plot(xs, p99, linestyle="none", marker="v", color=palette_colour(i), markersize=7,
                 label=f"{label} p99")
     ax.axhline(1, color="grey", linestyle=":", linewidth=0.8)
     ax.set_yscale("log")
@@ -278,7 +229,7 @@ def plot_slowdown(results, path) -> Path | None:
     ax.grid(axis="y", which="both", alpha=0.25)
     ax.legend(fontsize=8, ncol=2)
     fig.suptitle("FCT slowdown by message size", fontsize=12, fontweight="bold")
-    return _save(fig, path)
+    return save(fig, path)
 
 
 def _bucket_label_bytes(lo: int, hi: int | None) -> str:
@@ -300,7 +251,7 @@ def _bucket_label(lo: int, hi: int | None) -> str:
 
 def plot_reorder_hist(results, path) -> Path:
     """Reorder distances (log2 buckets) per mode as grouped bars, log y."""
-    groups = m.group_runs(results)
+    groups = rundata.group_runs(results)
     fig = Figure(figsize=(11, 5), layout="constrained")
     ax = fig.subplots()
     labels = list(groups)
@@ -310,7 +261,7 @@ def plot_reorder_hist(results, path) -> Path:
     for i, label in enumerate(labels):
         hist: dict[int, int] = {}
         for run in groups[label]:
-            for k, v in m.reorder_histogram(run).items():
+            for k, v in rundata.reorder_histogram(run).items():
                 hist[k] = hist.get(k, 0) + v
         counts = [sum(v for k, v in hist.items() if k >= lo and (hi is None or k <= hi))
                   for lo, hi in REORDER_BUCKETS]
@@ -321,7 +272,7 @@ def plot_reorder_hist(results, path) -> Path:
             continue
         any_bar = True
         xs = [b + (i - (len(labels) - 1) / 2) * width for b in range(len(REORDER_BUCKETS))]
-        ax.bar(xs, counts, width=width, color=_colour(i), edgecolor="black", linewidth=0.3,
+        ax.bar(xs, counts, width=width, color=palette_colour(i), edgecolor="black", linewidth=0.3,
                label=f"{label}: {pct:.2f} % of packets out of order")
     ax.set_xticks(range(len(REORDER_BUCKETS)))
     ax.set_xticklabels([_bucket_label(lo, hi) for lo, hi in REORDER_BUCKETS])
@@ -337,190 +288,14 @@ def plot_reorder_hist(results, path) -> Path:
     ax.grid(axis="y", alpha=0.3)
     ax.set_axisbelow(True)
     fig.suptitle("Reorder distance per mode", fontsize=12, fontweight="bold")
-    return _save(fig, path)
-
-
-# --------------------------------------------------------------------------- (d) fabric
-
-def fabric_layout(run: dict) -> dict[str, tuple[float, float]]:
-    """Node -> (x, y): tiers as rows (hosts 0, leaves 1, spines 2, cores 3); with several
-    planes each plane gets its own column band, left to right; hosts span the width."""
-    nodes = run.get("nodes", [])
-    planes = sorted({n.get("plane") for n in nodes if n.get("plane") is not None})
-    bands = max(1, len(planes))
-    rows: dict[tuple[str, object], list[str]] = {}
-    for n in nodes:
-        plane = n.get("plane") if n.get("role") != "host" else None
-        rows.setdefault((n.get("role", "host"), plane if bands > 1 else None), []).append(n["name"])
-    widest = max([len(v) * (bands if k[1] is not None else 1) for k, v in rows.items()] + [1])
-    width = float(max(widest, 4))
-    pos = {}
-    for (role, plane), names in rows.items():
-        names.sort(key=m.natural_key)
-        if plane is None:
-            lo, span = 0.0, width
-        else:
-            band = width / bands
-            lo, span = planes.index(plane) * band, band
-        step = span / len(names)
-        for i, name in enumerate(names):
-            pos[name] = (lo + (i + 0.5) * step, float(TIER.get(role, 0)))
-    return pos
-
-
-def plot_fabric(run: dict, path, *, vmax_bps: float | None = None, title: str | None = None) -> Path:
-    """The fabric of one run, links coloured (and thickened) by the busier direction's load:
-    utilisation = load / emulated port speed when known, else load in b/s (0..vmax_bps)."""
-    d = m.duration(run)
-    pos = fabric_layout(run)
-    roles = {n["name"]: n.get("role", "host") for n in run.get("nodes", [])}
-    links = [l for l in run.get("links", [])
-             if _node(l["a"]) in pos and _node(l["b"]) in pos]
-    use_util = bool(links) and all(l.get("scaled_bps") for l in links)
-    values = []
-    for l in links:
-        load = max(int(l.get("bytes_ab") or 0), int(l.get("bytes_ba") or 0)) * 8 / d
-        values.append(load / l["scaled_bps"] if use_util else load)
-    if use_util:
-        norm = Normalize(0.0, 1.0)
-    else:
-        norm = Normalize(0.0, vmax_bps or max(values + [1.0]))
-    cmap = matplotlib.colormaps[LOAD_CMAP]
-    xs = [p[0] for p in pos.values()] or [0.0]
-    width = max(xs) + 0.5
-    tiers = sorted({TIER.get(r, 0) for r in roles.values()})
-    fig_w = min(26.0, max(9.0, width * 0.55 + 2.5))
-    fig = Figure(figsize=(fig_w, 1.7 * len(tiers) + 1.3), layout="constrained")
-    ax = fig.subplots()
-    # parallel links between the same pair of nodes fan out side by side
-    pairs = _link_pairs(links)
-    min_gap = _min_gap(pos)
-    segs, cols, widths, order = [], [], [], []
-    for members in pairs.values():
-        p = len(members)
-        spread = min(0.7 * min_gap, 0.12 * p) if p > 1 else 0.0
-        for k, i in enumerate(members):
-            l = links[i]
-            (xa, ya), (xb, yb) = pos[_node(l["a"])], pos[_node(l["b"])]
-            dx = (k / (p - 1) - 0.5) * spread if p > 1 else 0.0
-            segs.append([(xa + dx, ya), (xb + dx, yb)])
-            v = values[i]
-            frac = min(1.0, norm(v)) if norm.vmax else 0.0
-            cols.append(cmap(0.08 + 0.92 * frac) if v > 0 else (0.82, 0.82, 0.82, 1.0))
-            widths.append(0.8 + 3.2 * frac)
-            order.append(v)
-    idx = sorted(range(len(segs)), key=lambda i: order[i])  # busiest drawn last, on top
-    ax.add_collection(LineCollection([segs[i] for i in idx], colors=[cols[i] for i in idx],
-                                     linewidths=[widths[i] for i in idx], zorder=1,
-                                     capstyle="round"))
-    _pause_marks(ax, run, links, segs, d)
-    # nodes and labels
-    per_row: dict[float, int] = {}
-    for name, (x, y) in pos.items():
-        per_row[y] = per_row.get(y, 0) + 1
-    for name, (x, y) in pos.items():
-        role = roles.get(name, "host")
-        marker, colour = ROLE_STYLE.get(role, ("o", "black"))
-        crowded = per_row[y] * 0.55 > fig_w * 0.9 or max(len(n) for n in pos) * per_row[y] > fig_w * 10
-        ax.scatter([x], [y], s=150 if role != "host" else 110, marker=marker, color=colour,
-                   edgecolor="white", linewidth=1.2, zorder=3)
-        fontsize = 7 if crowded else 8.5
-        if role == "host":
-            ax.text(x, y - 0.16, name, ha="center", va="top", fontsize=fontsize,
-                    rotation=90 if crowded else 0, zorder=4)
-        else:
-            ax.text(x, y + 0.15, name, ha="center", va="bottom", fontsize=fontsize,
-                    rotation=35 if crowded else 0, zorder=4,
-                    bbox={"boxstyle": "round,pad=0.15", "facecolor": "white", "edgecolor": "none",
-                          "alpha": 0.8})
-    for role in {r for r in roles.values()}:
-        y = TIER.get(role, 0)
-        ax.text(-0.35, y, TIER_NAME.get(role, role), ha="right", va="center", fontsize=10,
-                fontweight="bold", color="#444444")
-    planes = sorted({n.get("plane") for n in run.get("nodes", []) if n.get("plane") is not None})
-    if len(planes) > 1:
-        for p in planes:
-            px = [pos[n["name"]][0] for n in run.get("nodes", []) if n.get("plane") == p]
-            ax.text((min(px) + max(px)) / 2, max(tiers) + 0.6, f"plane {p}", ha="center",
-                    fontsize=11, fontweight="bold", color="#333333")
-        for a, b in zip(planes, planes[1:]):
-            left = max(pos[n["name"]][0] for n in run.get("nodes", []) if n.get("plane") == a)
-            right = min(pos[n["name"]][0] for n in run.get("nodes", []) if n.get("plane") == b)
-            ax.axvline((left + right) / 2, ymin=0.25, color="#999999", linestyle="--", linewidth=1)
-    ax.set_xlim(-1.6, width + 0.3)
-    ax.set_ylim(min(tiers) - (0.62 if any(per_row[y] * 0.55 > fig_w * 0.9 for y in per_row) else 0.42),
-                max(tiers) + (0.8 if len(planes) > 1 else 0.5))
-    ax.axis("off")
-    mappable = ScalarMappable(norm=norm, cmap=cmap)
-    over = use_util and any(v > 1.0 for v in values)
-    bar = fig.colorbar(mappable, ax=ax, fraction=0.03, pad=0.01, extend="max" if over else "neither")
-    if use_util:
-        bar.set_label("utilisation of the busier direction\n(load / emulated port speed)", fontsize=9)
-        bar.ax.yaxis.set_major_formatter(matplotlib.ticker.PercentFormatter(1.0))
-    else:
-        bar.set_label("load, busier direction (b/s)", fontsize=9)
-        bar.ax.yaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: fmt_bps(v)))
-    met = m.run_metrics(run)
-    seed = f", seed {run['seed']}" if run.get("seed") is not None else ""
-    stats = ""
-    if met["uplinks"]:
-        stats = (f"\nuplinks: max/mean {met['uplink_max_mean']:.2f}, Jain {met['jain']:.3f}, "
-                 f"idle {met['idle_uplinks']}/{met['uplinks']} (grey = idle)")
-    note = _speed_note([run])
-    if note:
-        stats += f"\n{note}"
-    ax.set_title(title or f"{m.run_label(run)}{seed}: link load{stats}", fontsize=12, fontweight="bold",
-                 loc="center")
-    return _save(fig, path)
-
-
-def _pause_marks(ax, run: dict, links: list[dict], segs: list, d: float) -> None:
-    """PFC: a red bar on each link a switch port paused, near that port's end, sized by
-    the share of the run it kept its neighbour paused (the percentage beside it)."""
-    ports = run.get("pfc_ports") or {}
-    if not ports or not d:
-        return
-    for seg, l in _segments_by_link(links, segs):
-        for end, (x0, y0), (x1, y1) in ((l["a"], seg[0], seg[1]), (l["b"], seg[1], seg[0])):
-            c = ports.get(end)
-            frac = (c or {}).get("paused_ns", 0) / 1e9 / d
-            if frac <= 0:
-                continue
-            x, y = x0 + 0.3 * (x1 - x0), y0 + 0.3 * (y1 - y0)
-            ax.scatter([x], [y], s=40 + 260 * min(frac, 1.0), marker="s", color="#d62728",
-                       edgecolor="white", linewidth=0.8, zorder=5)
-            ax.text(x + 0.08, y, f"{frac:.0%}", fontsize=7, color="#d62728", va="center", zorder=6)
-    ax.text(0.0, 1.0, "red squares: PFC pause, share of the run the port kept its neighbour paused",
-            transform=ax.transAxes, fontsize=8, color="#d62728", va="top")
-
-
-def _segments_by_link(links: list[dict], segs: list) -> list:
-    """(segment, link) pairs: segs were appended per node pair in first-seen order."""
-    order = [i for members in _link_pairs(links).values() for i in members]
-    return [(segs[k], links[i]) for k, i in enumerate(order)]
-
-
-def _link_pairs(links: list[dict]) -> dict[frozenset, list[int]]:
-    """Indexes of the links between each pair of nodes, pairs in first-seen order."""
-    pairs: dict[frozenset, list[int]] = {}
-    for i, l in enumerate(links):
-        pairs.setdefault(frozenset((_node(l["a"]), _node(l["b"]))), []).append(i)
-    return pairs
-
-
-def _min_gap(pos: dict[str, tuple[float, float]]) -> float:
-    rows: dict[float, list[float]] = {}
-    for x, y in pos.values():
-        rows.setdefault(y, []).append(x)
-    gaps = [b - a for xs in rows.values() for a, b in zip(sorted(xs), sorted(xs)[1:]) if b > a]
-    return min(gaps) if gaps else 1.0
+    return save(fig, path)
 
 
 # --------------------------------------------------------------------------- (e) timeline
 
 def _fault_label(label: str, run: dict) -> str:
-    """The mode's legend entry with its fault figures (metrics.fault_metrics), if any."""
-    f = m.fault_metrics(run)
+    """The mode's legend entry with its fault figures (faultruns.fault_metrics), if any."""
+    f = faultruns.fault_metrics(run)
     if not f:
         return label
     ms = lambda v: fmt_us(v * 1000 if v is not None else None)  # noqa: E731
@@ -550,14 +325,14 @@ def plot_timeline(results, path) -> Path | None:
     """Delivered throughput over time per mode (first run of each), from the frames'
     receive stamps (dataplane.experiment.timeline), with what the host links can carry
     and events as vertical lines; None when no run has a timeline."""
-    groups = m.group_runs(results)
+    groups = rundata.group_runs(results)
     series = [(label, runs[0]) for label, runs in groups.items() if runs and runs[0].get("timeline")]
     if not series:
         return None
     top = max(float(p.get("bps") or 0) for _, r in series for p in r["timeline"])
     capacity = max((float(r.get("timeline_capacity_bps") or 0) for _, r in series), default=0.0)
     top = max(top, capacity)
-    div, unit = _rate_unit(top or 1)
+    div, unit = rate_unit(top or 1)
     fig = Figure(figsize=(12, 5), layout="constrained")
     ax = fig.subplots()
     if capacity:
@@ -565,7 +340,7 @@ def plot_timeline(results, path) -> Path | None:
                    label="what the host links can carry")
     events: dict[tuple[float, str], list[int]] = {}
     for i, (label, run) in enumerate(series):
-        colour = _colour(i)
+        colour = palette_colour(i)
         pts = sorted(run["timeline"], key=lambda p: p["t"])
         ax.plot([p["t"] for p in pts], [float(p.get("bps") or 0) / div for p in pts], color=colour,
                 linewidth=1.8, label=_fault_label(label, run), drawstyle="steps-mid" if len(pts) < 40 else "default")
@@ -575,7 +350,7 @@ def plot_timeline(results, path) -> Path | None:
     # an event every mode had is drawn once, in black; others in their mode's colour
     for row, ((t, what), who) in enumerate(sorted(events.items())):
         shared = len(who) == len(series)
-        colour = "black" if shared else _colour(who[0])
+        colour = "black" if shared else palette_colour(who[0])
         text = what if shared else f"{what} ({', '.join(series[i][0] for i in who)})"
         ax.axvline(t, color=colour, linestyle="--", linewidth=1.1, alpha=0.8)
         ax.annotate(text, xy=(t, 1.0), xycoords=("data", "axes fraction"),
@@ -583,7 +358,7 @@ def plot_timeline(results, path) -> Path | None:
                     color=colour, va="top",
                     bbox={"boxstyle": "round,pad=0.2", "facecolor": "white", "edgecolor": "none",
                           "alpha": 0.85})
-    note = _speed_note([r for _, r in series])
+    note = speed_note([r for _, r in series])
     ax.set_ylim(0, top / div * 1.2 if top else 1)
     ax.set_xlabel("time since start (s)")
     ax.set_ylabel(f"delivered throughput ({unit})")
@@ -591,7 +366,7 @@ def plot_timeline(results, path) -> Path | None:
     ax.legend(loc="lower right", fontsize=9)
     fig.suptitle("Delivered throughput over time (dashed: events; ticks: lost packets' send times)" + (f" — {note}" if note else ""),
                  fontsize=12, fontweight="bold")
-    return _save(fig, path)
+    return save(fig, path)
 
 
 # --------------------------------------------------------------------------- all
@@ -600,18 +375,18 @@ def write_plots(results, folder) -> list[Path]:
     """Write every picture the results allow into `folder`; the paths written."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    groups = m.group_runs(results)
+    groups = rundata.group_runs(results)
     written: list[Path | None] = [
         plot_uplink_loads(results, folder / "uplink-loads.png"),
         plot_fct_cdf(results, folder / "fct-cdf.png"),
         plot_reorder_hist(results, folder / "reorder.png"),
         plot_slowdown(results, folder / "fct-slowdown.png"),
     ]
-    link_max = max([max(int(l.get("bytes_ab") or 0), int(l.get("bytes_ba") or 0)) * 8 / m.duration(r)
+    link_max = max([max(int(l.get("bytes_ab") or 0), int(l.get("bytes_ba") or 0)) * 8 / rundata.duration(r)
                     for runs in groups.values() for r in runs[:1] for l in r.get("links", [])] + [1.0])
     for label, runs in groups.items():
         if runs and runs[0].get("nodes"):
-            written.append(plot_fabric(runs[0], folder / f"fabric-{_slug(label)}.png", vmax_bps=link_max))
+            written.append(plot_fabric(runs[0], folder / f"fabric-{slug(label)}.png", vmax_bps=link_max))
     written.append(plot_timeline(results, folder / "timeline.png"))
     if any(len(runs) > 1 for runs in groups.values()):
         written.append(sweep.plot_idle_histogram(results, folder / "idle-sweep.png"))

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from dataplane.report import metrics
+from dataplane.report import closedloop, rundata
 
 BOOTSTRAP = 2000
 CONFIDENCE = 0.95
@@ -92,14 +92,14 @@ def of_results(view, lo: int = 0, hi: int | None = None) -> list[list[str]] | No
     """The ranking of the modes of a report view (label -> runs; every run of a mode
     pooled) over the messages of lo <= size < hi bytes, or None when fewer than two modes
     completed such messages."""
-    slowdowns = {label: [v for run in runs for size, v in metrics.slowdowns(_in_time_order(run))
+    slowdowns = {label: [v for run in runs for size, v in closedloop.slowdowns(_in_time_order(run))
                          if size >= lo and (hi is None or size < hi)]
-                 for label, runs in metrics.group_runs(view).items()}
+                 for label, runs in rundata.group_runs(view).items()}
     slowdowns = {label: v for label, v in slowdowns.items() if v}
     return rank(slowdowns) if len(slowdowns) >= 2 else None
 
 
-def by_bucket(view, edges=metrics.SLOWDOWN_EDGES) -> list[dict]:
+def by_bucket(view, edges=closedloop.SLOWDOWN_EDGES) -> list[dict]:
     """The ranking over all messages, then per size bucket: [{lo, hi, ranking}] (lo 0 and
     hi None for all messages first); None where a bucket has fewer than two modes."""
     bounds = [0, *edges, None]

@@ -2,11 +2,11 @@
 metric, and do the idle uplinks match what uniform random hashing predicts?
 
 For n equal elephants hashed independently and uniformly onto m uplinks, an uplink stays
-idle with probability (1 - 1/m)^n, so E[idle] = m (1 - 1/m)^n (metrics.expected_idle);
+idle with probability (1 - 1/m)^n, so E[idle] = m (1 - 1/m)^n (idlemodel.expected_idle);
 8 elephants on 8 uplinks leave 2.75 idle on average. The measured counterpart is
 metrics' idle_leaf_uplinks (an uplink is idle when it carried < 1% of the busiest
 uplink's bytes); expected values come from the run's own flows and cabling
-(metrics.leaf_elephants), so mice crossing the fabric can only make measured < expected.
+(idlemodel.leaf_elephants), so mice crossing the fabric can only make measured < expected.
 """
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from pathlib import Path
 
 from matplotlib.figure import Figure
 
+from dataplane.report import idlemodel, rundata
 from dataplane.report import metrics as m
 from dataplane.units import fmt_bps, fmt_us
 
@@ -24,7 +25,7 @@ def sweep_summary(results, percentiles=SWEEP_PERCENTILES) -> dict:
     """Per mode (label): {"runs": N, "seeds": [...], "metrics": {metric: {mean, std, min,
     p5, p25, p50, p75, p95, max, n, values}}, "idle": metrics.idle_summary(...)}."""
     out = {}
-    for label, runs in m.group_runs(results).items():
+    for label, runs in rundata.group_runs(results).items():
         summary = m.mode_summary(runs, percentiles)
         out[label] = {
             "runs": len(runs),
@@ -71,7 +72,7 @@ def plot_idle_histogram(results, path) -> Path | None:
     """Histogram of idle leaf uplinks per run for every mode with several runs, with the
     measured mean, the expected mean and the expected distribution under uniform random
     hashing; None when no mode has several runs."""
-    groups = {k: v for k, v in m.group_runs(results).items() if len(v) > 1}
+    groups = {k: v for k, v in rundata.group_runs(results).items() if len(v) > 1}
     if not groups:
         return None
     fig = Figure(figsize=(6.5 * min(len(groups), 3), 4.8), layout="constrained")
@@ -83,7 +84,7 @@ def plot_idle_histogram(results, path) -> Path | None:
             counts[int(k)] = counts.get(int(k), 0) + 1
         n = len(runs)
         top = max(list(counts) + [idle["leaf_uplinks"] // 2 or 1])
-        pmf = m.expected_idle_pmf_for_run(runs[0])
+        pmf = idlemodel.expected_idle_pmf_for_run(runs[0])
         ax.bar(list(counts), [c / n for c in counts.values()], width=0.8, color="#1f77b4",
                edgecolor="black", linewidth=0.4, label=f"measured ({n} runs)")
         if pmf is not None:

@@ -13,8 +13,7 @@ from rich.console import Console
 from rich.table import Table
 
 from dataplane.report import metrics as m
-from dataplane.report import lesson
-from dataplane.report import ranking
+from dataplane.report import closedloop, faultruns, lesson, ranking, rundata
 from dataplane.units import fmt_bps, fmt_us  # noqa: F401 (the report's formatters)
 
 # (metric key, column header, formatter kind)
@@ -35,7 +34,7 @@ COLUMNS = (
 
 
 # The fault table (runs with fault events): (metric key, header, kind); "ms" values are
-# shown through fmt_us. Definitions: metrics.fault_metrics.
+# shown through fmt_us. Definitions: faultruns.fault_metrics.
 FAULT_COLUMNS = (
     ("flows_on_failed", "flows on\nfailed", "count"),
     ("loss_on_failed", "lost\nthere", "count"),
@@ -104,7 +103,7 @@ def _scaled_note(groups: dict[str, list[dict]]) -> str | None:
     """'ports emulated at 100 Mb/s (nominal 400 Gb/s)' when the runs say so."""
     for runs in groups.values():
         for run in runs:
-            for up in m.uplinks(run):
+            for up in rundata.uplinks(run):
                 if up["scaled_bps"]:
                     note = f"ports emulated at {fmt_bps(up['scaled_bps'])}"
                     if up["speed_bps"]:
@@ -143,8 +142,8 @@ def _seed_text(runs: list[dict]) -> str:
 
 def build_table(results, title: str | None = None) -> Table:
     """The rich Table of an experiment (see module docstring)."""
-    groups = m.group_runs(results)
-    title = title or m.results_title(results)
+    groups = rundata.group_runs(results)
+    title = title or rundata.results_title(results)
     table = Table(title=title, title_justify="left", caption_justify="left")
     table.add_column("mode", justify="left", no_wrap=True)
     table.add_column("runs", justify="right")
@@ -182,7 +181,7 @@ def build_table(results, title: str | None = None) -> Table:
 def build_fault_table(results, title: str | None = None) -> Table | None:
     """One row per run with fault events (FAULT_COLUMNS); None when no run had any."""
     rows = []
-    for label, runs in m.group_runs(results).items():
+    for label, runs in rundata.group_runs(results).items():
         for i, run in enumerate(runs):
             met = m.run_metrics(run)
             if "flows_on_failed" in met:
@@ -190,7 +189,7 @@ def build_fault_table(results, title: str | None = None) -> Table | None:
                 rows.append((name, met, run))
     if not rows:
         return None
-    table = Table(title=f"{title or m.results_title(results)}: faults", title_justify="left",
+    table = Table(title=f"{title or rundata.results_title(results)}: faults", title_justify="left",
                   caption_justify="left", caption=FAULT_CAPTION)
     table.add_column("mode", justify="left", no_wrap=True)
     for _, header, _ in FAULT_COLUMNS:
@@ -200,7 +199,7 @@ def build_fault_table(results, title: str | None = None) -> Table | None:
         if met.get("timing_unknown"):
             cells[[k for k, _, _ in FAULT_COLUMNS].index("outage_ms")] += f" ({met['timing_unknown']} unknown)"
         table.add_row(name, *cells)
-        late, after_end = m.fault_lateness_s(run)
+        late, after_end = faultruns.fault_lateness_s(run)
         if late is not None and late > LATE_S:
             table.caption += f"\n{name}: faults made up to {late:.2f} s after their scheduled time"
             if after_end:
@@ -238,15 +237,15 @@ def build_transport_table(results, title: str | None = None) -> Table | None:
     """Closed-loop runs: reliability counters, then FCT slowdown avg / p99 per message
     size bucket, one row per run; None when every run was open loop."""
     rows = []
-    for label, runs in m.group_runs(results).items():
+    for label, runs in rundata.group_runs(results).items():
         for i, run in enumerate(runs):
             met = m.run_metrics(run)
             if met.get("messages_done_pct") is not None:
                 name = label if len(runs) == 1 else f"{label} #{i + 1}"
-                rows.append((name, met, m.slowdown_buckets(run)))
+                rows.append((name, met, closedloop.slowdown_buckets(run)))
     if not rows:
         return None
-    table = Table(title=f"{title or m.results_title(results)}: transport and FCT slowdown",
+    table = Table(title=f"{title or rundata.results_title(results)}: transport and FCT slowdown",
                   title_justify="left", caption_justify="left",
                   caption="slowdown = completion time / the message's frames at line rate "
                           "(avg / p99; n = messages in the bucket)")
@@ -270,7 +269,7 @@ def build_ranking_table(results, title: str | None = None) -> Table | None:
     rows = [r for r in ranking.by_bucket(results) if r["ranking"]]
     if not rows:
         return None
-    table = Table(title=f"{title or m.results_title(results)}: modes ranked by average FCT slowdown",
+    table = Table(title=f"{title or rundata.results_title(results)}: modes ranked by average FCT slowdown",
                   title_justify="left", caption_justify="left",
                   caption=f"'=': the {ranking.CONFIDENCE:.0%} bootstrap interval of the difference "
                           "of the two averages includes 0 (every run of a mode pooled)")
@@ -298,14 +297,14 @@ def build_pfc_table(results, title: str | None = None) -> Table | None:
     port paused its neighbour / held its lossless priority for one, the mice's goodput
     (the victims of head-of-line blocking) and the ports that paused; None without PFC."""
     rows = []
-    for label, runs in m.group_runs(results).items():
+    for label, runs in rundata.group_runs(results).items():
         for i, run in enumerate(runs):
             if run.get("pfc_ports"):
                 name = label if len(runs) == 1 else f"{label} #{i + 1}"
                 rows.append((name, m.run_metrics(run)))
     if not rows:
         return None
-    table = Table(title=f"{title or m.results_title(results)}: PFC", title_justify="left",
+    table = Table(title=f"{title or rundata.results_title(results)}: PFC", title_justify="left",
                   caption_justify="left",
                   caption="most paused / held: the largest share of the run one port kept its "
                           "neighbour paused / held its lossless priority for a pausing neighbour")

@@ -49,13 +49,13 @@ import math
 import random
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Sequence
-
-import jsonschema
+from typing import Any, Sequence
 
 from dataplane import units, yamlfile
-from dataplane.errors import RailabError
-from dataplane.traffic.transport import TRANSPORTS, DcqcnParams, TransportConfig
+from dataplane.errors import WorkloadError
+from dataplane.traffic.sizes import SizeDist, parse_dist
+from dataplane.traffic.transport import DcqcnParams, TransportConfig
+from dataplane.traffic.workloadschema import validate
 from dataplane.wire import roce
 
 CLASSES = ("elephant", "mice", "protocol")
@@ -73,164 +73,9 @@ QP_BASE = 0x100
 QP_MODES = ("per-pair", "per-message")
 
 
-class WorkloadError(RailabError):
-    """A workload file or parameter that cannot produce flows."""
-
-
 # --- units: dataplane.units (re-exported here for the workload's callers) -----------------
 parse_size, parse_rate, parse_duration, Rate = units.parse_size, units.parse_rate, units.parse_duration, units.Rate
 SIZE_RE, RATE_RE, TIME_RE = units.SIZE_RE, units.RATE_RE, units.TIME_RE
-
-
-# --- schema ----------------------------------------------------------------------------------
-
-# "x-hint": what validate() says instead of a raw regex / anyOf message
-_size = {"x-hint": "a size like 4096, 64KiB or 1MB",
-         "anyOf": [{"type": "integer", "minimum": 1},
-                   {"type": "string", "pattern": SIZE_RE.pattern}]}
-_rate = {"x-hint": "a rate like 200Mbps, 10Gbps or 50kpps",
-         "anyOf": [{"type": "number", "exclusiveMinimum": 0},
-                   {"type": "string", "pattern": RATE_RE.pattern}]}
-_dur = {"x-hint": "a duration like 2s, 500ms or 3",
-        "anyOf": [{"type": "number", "exclusiveMinimum": 0},
-                  {"type": "string", "pattern": TIME_RE.pattern}]}
-_weighted = {"type": "array", "minItems": 1,
-             "items": {"type": "array", "minItems": 2, "maxItems": 2,
-                       "prefixItems": [_size, {"type": "number", "exclusiveMinimum": 0}],
-                       "items": False}}
-_dist = {"x-hint": "a size (4096, 64KiB) or {fixed|uniform|lognormal|choice|cdf: ...} "
-                   "or a list of [size, weight]",
-         "anyOf": [
-    _size,
-    {"type": "object", "additionalProperties": False, "required": ["fixed"],
-     "properties": {"fixed": _size}},
-    {"type": "object", "additionalProperties": False, "required": ["uniform"],
-     "properties": {"uniform": {"type": "object", "additionalProperties": False,
-                                "required": ["min", "max"],
-                                "properties": {"min": _size, "max": _size}}}},
-    {"type": "object", "additionalProperties": False, "required": ["lognormal"],
-     "properties": {"lognormal": {"type": "object", "additionalProperties": False,
-                                  "required": ["median", "sigma"],
-                                  "properties": {"median": _size,
-                                                 "sigma": {"type": "number", "minimum": 0},
-                                                 "min": _size, "max": _size}}}},
-    {"type": "object", "additionalProperties": False, "required": ["choice"],
-     "properties": {"choice": _weighted}},
-    {"type": "object", "additionalProperties": False, "required": ["cdf"],
-     "properties": {"cdf": {"type": "string", "minLength": 1},
-                    "scale": {"type": "number", "exclusiveMinimum": 0, "maximum": 1}}},
-    _weighted,
-]}
-_gap = {"type": "number", "minimum": 0, "x-hint": "real-fabric microseconds, like 2.5"}
-_cls = {"type": "object", "additionalProperties": False, "properties": {
-    "size": _dist,
-    "opcode": {"enum": ["send", "write"]},
-    "arrival": {"enum": ["paced", "poisson"]},
-    "gap_us": _gap,
-    "dscp": {"type": "integer", "minimum": 0, "maximum": 63},
-}}
-_endpoint = {"type": "string", "pattern": r"^[^:\s]+:[^:\s]+$",
-             "x-hint": "host:ifname or host:rail, e.g. h1:eth0"}
-_flow = {"type": "object", "additionalProperties": False, "required": ["src", "dst"],
-         "properties": {"src": _endpoint, "dst": _endpoint,
-                        "class": {"enum": list(CLASSES)}, "rate": _rate, "size": _dist,
-                        "opcode": {"enum": ["send", "write"]},
-                        "arrival": {"enum": ["paced", "poisson"]},
-                        "gap_us": _gap,
-                        "start": _dur, "stop": _dur,
-                        "messages": {"type": "integer", "minimum": 1}}}
-_host = {"type": "object", "additionalProperties": False, "required": ["name", "nics"],
-         "properties": {"name": {"type": "string", "minLength": 1},
-                        "nics": {"type": "array", "minItems": 1, "items": {
-                            "type": "object", "additionalProperties": False,
-                            "required": ["ifname", "ip"],
-                            "properties": {"ifname": {"type": "string", "minLength": 1},
-                                           "ip": {"type": "string", "format": "ipv4",
-                                                  "pattern": r"^\d+\.\d+\.\d+\.\d+$",
-                                                  "x-hint": "an IPv4 address"},
-                                           "mac": {"type": "string"},
-                                           "rail": {"type": "integer", "minimum": 0}}}}}}
-_pattern = {"type": "object", "required": ["type"], "additionalProperties": False,
-            "properties": {
-                "type": {"enum": ["ring-allreduce", "all-to-all", "cross-rail", "flows"]},
-                "rails": {"anyOf": [{"enum": ["all", "same"]},
-                                    {"type": "array", "items": {"type": "integer",
-                                                                "minimum": 0}}]},
-                "bidirectional": {"type": "boolean"},
-                "pxn": {"type": "boolean"},
-                "shift": {"type": "integer", "minimum": 1},
-                "flows": {"type": "array", "minItems": 1, "items": _flow},
-                # a collective's fixed transfer: every flow posts at most this many messages
-                "messages": {"type": "integer", "minimum": 1},
-            }}
-
-SCHEMA: dict[str, Any] = {
-    "$schema": "https://json-schema.org/draft/2020-12/schema",
-    "title": "railab workload",
-    "type": "object",
-    "additionalProperties": False,
-    "required": ["pattern"],
-    "properties": {
-        "name": {"type": "string"},
-        "seed": {"type": "integer"},
-        "duration": _dur,
-        "mtu": {"enum": list(roce.MTUS)},
-        "rate": _rate,
-        "mix": {"type": "object", "additionalProperties": False, "minProperties": 1,
-                "properties": {c: {"type": "number", "minimum": 0} for c in CLASSES}},
-        "classes": {"type": "object", "additionalProperties": False,
-                    "properties": {c: _cls for c in CLASSES}},
-        "hosts": {"type": "array", "minItems": 1, "items": _host},
-        "pattern": _pattern,
-        "load": {"type": "number", "exclusiveMinimum": 0, "maximum": 1},
-        "qp": {"enum": list(QP_MODES)},
-        "transport": {"anyOf": [
-            {"enum": list(TRANSPORTS)},
-            {"type": "object", "additionalProperties": False, "required": ["kind"],
-             "properties": {"kind": {"enum": list(TRANSPORTS)},
-                            "ack_every": {"type": "integer", "minimum": 1},
-                            "ack_delay_us": {"type": "number", "exclusiveMinimum": 0},
-                            "window": {"type": "integer", "minimum": 1},
-                            "rto_us": {"type": "number", "exclusiveMinimum": 0},
-                            "nak_delay_us": {"type": "number", "exclusiveMinimum": 0}}}]},
-        "dcqcn": {"anyOf": [
-            {"type": "boolean"},
-            {"type": "object", "additionalProperties": False,
-             "properties": {k: {"type": "number", "exclusiveMinimum": 0}
-                            for k in DcqcnParams.option_names()}}]},
-    },
-}
-
-
-def _path_str(path: Iterable[Any]) -> str:
-    out = ""
-    for p in path:
-        out += f"[{p}]" if isinstance(p, int) else (f".{p}" if out else str(p))
-    return out or "(top level)"
-
-
-def validate(doc: Any, source: str = "<workload>") -> None:
-    """Raise WorkloadError('file: field: problem') for the first schema violation."""
-    v = jsonschema.Draft202012Validator(SCHEMA)
-    e = jsonschema.exceptions.best_match(v.iter_errors(doc))
-    if e is None:
-        return
-    msg = e.message
-    hint = None
-    node: Any = SCHEMA
-    for k in e.absolute_schema_path:
-        if isinstance(node, dict) and "x-hint" in node:
-            hint = node["x-hint"]
-        try:
-            node = node[k]
-        except (KeyError, IndexError, TypeError):
-            break
-    if hint and e.validator in ("anyOf", "oneOf", "pattern", "type", "minimum",
-                                "exclusiveMinimum"):
-        msg = f"{e.instance!r} is not {hint}"
-    elif e.validator in ("anyOf", "oneOf"):
-        msg = f"{e.instance!r} is not a valid value"
-    raise WorkloadError(f"{source}: {_path_str(e.absolute_path)}: {msg}".replace("\n", " "))
 
 
 # --- model -----------------------------------------------------------------------------------
@@ -313,102 +158,6 @@ class Flow:
             return 0.0
         last = self.messages[-1]
         return last.start_ns / 1e9 + _wire_bits(last.size, self.mtu) / self.rate_bps
-
-
-@dataclass(frozen=True)
-class SizeDist:
-    kind: str                                    # fixed | uniform | lognormal | choice
-    params: tuple
-
-    def sample(self, rng: random.Random) -> int:
-        k, p = self.kind, self.params
-        if k == "fixed":
-            return p[0]
-        if k == "uniform":
-            return rng.randint(p[0], p[1])
-        if k == "lognormal":
-            median, sigma, lo, hi = p
-            x = int(round(rng.lognormvariate(math.log(median), sigma)))
-            return min(max(x, lo), hi)
-        if k == "cdf":
-            sizes, cum, scale = p
-            u = rng.random() * cum[-1]
-            i = next(j for j in range(1, len(cum)) if cum[j] >= u)
-            span = cum[i] - cum[i - 1]
-            x = sizes[i - 1] + (sizes[i] - sizes[i - 1]) * ((u - cum[i - 1]) / span if span else 1.0)
-            return max(1, int(round(x * scale)))
-        sizes, weights = p
-        return rng.choices(sizes, weights)[0]
-
-    @property
-    def mean(self) -> float:
-        k, p = self.kind, self.params
-        if k == "fixed":
-            return float(p[0])
-        if k == "uniform":
-            return (p[0] + p[1]) / 2
-        if k == "lognormal":
-            median, sigma, lo, hi = p
-            return min(max(median * math.exp(sigma * sigma / 2), lo), hi)
-        if k == "cdf":
-            sizes, cum, scale = p
-            return scale * sum((cum[i] - cum[i - 1]) * (sizes[i] + sizes[i - 1]) / 2
-                               for i in range(1, len(cum))) / cum[-1]
-        sizes, weights = p
-        return sum(s * w for s, w in zip(sizes, weights)) / sum(weights)
-
-
-def parse_dist(d: Any, where: str) -> SizeDist:
-    try:
-        if isinstance(d, list):
-            d = {"choice": d}
-        if not isinstance(d, dict):
-            return SizeDist("fixed", (parse_size(d),))
-        if "fixed" in d:
-            return SizeDist("fixed", (parse_size(d["fixed"]),))
-        if "uniform" in d:
-            lo, hi = parse_size(d["uniform"]["min"]), parse_size(d["uniform"]["max"])
-            if lo > hi:
-                raise ValueError(f"min {lo} > max {hi}")
-            return SizeDist("uniform", (lo, hi))
-        if "lognormal" in d:
-            ln = d["lognormal"]
-            lo = parse_size(ln.get("min", 1))
-            hi = parse_size(ln.get("max", 1 << 40))
-            if lo > hi:
-                raise ValueError(f"min {lo} > max {hi}")
-            return SizeDist("lognormal", (parse_size(ln["median"]), float(ln["sigma"]), lo, hi))
-        if "cdf" in d:
-            sizes, cum = read_cdf(d["cdf"])
-            return SizeDist("cdf", (sizes, cum, float(d.get("scale", 1.0))))
-        pairs = d["choice"]
-        return SizeDist("choice", (tuple(parse_size(s) for s, _ in pairs),
-                                   tuple(float(w) for _, w in pairs)))
-    except (ValueError, KeyError, TypeError) as e:
-        raise WorkloadError(f"{where}: {e}") from None
-
-
-CDF_DIR = Path(__file__).parent / "cdf"
-
-
-def read_cdf(name: str) -> tuple[tuple[int, ...], tuple[float, ...]]:
-    """A flow-size CDF: a shipped one by name (dataplane/traffic/cdf/<name>.txt, e.g.
-    websearch) or a file of "size cumulative-percent" lines."""
-    path = CDF_DIR / f"{name}.txt" if "/" not in name and not name.endswith(".txt") else Path(name)
-    try:
-        rows = [line.split() for line in path.read_text().splitlines()
-                if line.strip() and not line.lstrip().startswith("#")]
-        sizes = tuple(int(float(r[0])) for r in rows)
-        cum = tuple(float(r[1]) for r in rows)
-    except OSError:
-        known = ", ".join(sorted(p.stem for p in CDF_DIR.glob("*.txt")))
-        raise ValueError(f"cdf {name!r}: no such distribution (shipped: {known}) or file") from None
-    except (IndexError, ValueError):
-        raise ValueError(f"cdf {name!r}: lines must be 'size cumulative-percent'") from None
-    if len(sizes) < 2 or any(b < a for a, b in zip(sizes, sizes[1:])) \
-            or any(b < a for a, b in zip(cum, cum[1:])) or cum[-1] <= 0:
-        raise ValueError(f"cdf {name!r}: sizes and percentages must rise")
-    return sizes, cum
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """What the page shows each tick, from two port_load replies of the agent (pure).
 
 The agent's port_load reply (dataplane.agent.protocol.LOAD_FIELDS) holds per switch port
-only what the page draws; rates are computed as `railab top` does (dataplane.cli.top):
+only what the page draws; rates are computed as `railab top` does (dataplane.lab.ports):
 counter deltas / time between the two reads, utilisation = tx rate / emulated port speed
 (the topology's where the port has no model), a counter that went back counts from zero.
 A link has two directions: down (its upper end `a` to `b`) and up. A direction's load is
@@ -13,7 +13,7 @@ Which ports each link reads is worked out once per lab (`plan`), not every tick.
 from __future__ import annotations
 
 from dataplane.agent.protocol import LOAD_FIELDS
-from dataplane.cli.top import PortRow
+from dataplane.lab.ports import PortRow, grown
 from dataplane.topology.model import Endpoint
 
 UP, DOWN, PAUSED = 0, 1, 2          # link states on the wire
@@ -25,10 +25,6 @@ def plan(links: list[dict]) -> list[tuple[str, str, str, str]]:
     """Per link (layout order) its ends as (a node, a port, b node, b port)."""
     ends = [(Endpoint.parse(link["a"]), Endpoint.parse(link["b"])) for link in links]
     return [(a.node, a.interface, b.node, b.interface) for a, b in ends]
-
-
-def _grown(now: int, before: int) -> int:
-    return now - before if now >= before else now
 
 
 def _ports(prev: dict, cur: dict, dt: float) -> tuple[dict, dict]:
@@ -52,11 +48,11 @@ def _ports(prev: dict, cur: dict, dt: float) -> tuple[dict, dict]:
                 tx = rx = 0.0
                 paused = c[PAUSING]
             else:
-                tx = _grown(c[TX], p[TX]) * 8 / dt
-                rx = _grown(c[RX], p[RX]) * 8 / dt
-                drops_grown += _grown(c[DROPS], p[DROPS])
-                ecn_grown += _grown(c[ECN], p[ECN])
-                paused = c[PAUSING] or _grown(c[PAUSED_NS], p[PAUSED_NS]) > 0
+                tx = grown(c[TX], p[TX]) * 8 / dt
+                rx = grown(c[RX], p[RX]) * 8 / dt
+                drops_grown += grown(c[DROPS], p[DROPS])
+                ecn_grown += grown(c[ECN], p[ECN])
+                paused = c[PAUSING] or grown(c[PAUSED_NS], p[PAUSED_NS]) > 0
             view[port] = (tx, rx, c[SPEED], DOWN if not c[PORT_UP] else PAUSED if paused else UP)
         switches[name] = {"queue_bytes": queue, "drops_per_s": round(drops_grown / dt, 1),
                           "ecn_per_s": round(ecn_grown / dt, 1), "drops": drops, "ecn": ecn,

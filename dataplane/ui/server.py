@@ -25,9 +25,8 @@ from aiohttp import WSMsgType, web
 
 from dataplane.agent import client
 from dataplane.agent.protocol import LOAD_FIELDS
-from dataplane.cli import top
 from dataplane.errors import RailabError, RuntimeStateError
-from dataplane.lab import faults
+from dataplane.lab import faults, ports
 from dataplane.lab.fabric import MODES, Fabric
 from dataplane.runtime import state
 from dataplane.ui import layout as layout_mod, live, runs, validate
@@ -254,10 +253,10 @@ def make_app(settings: Settings) -> web.Application:
             raise BadRequest(f"lab {lab} has no switch {name!r}", 404)
 
         def detail():
-            before, t0 = top.poll(lab, name)
+            before, t0 = ports.poll(lab, name)
             time.sleep(min(settings.interval_s, 0.5))
-            after, t1 = top.poll(lab, name)
-            rows = top.compute_rows(before, after, t1 - t0, spec)
+            after, t1 = ports.poll(lab, name)
+            rows = ports.compute_rows(before, after, t1 - t0, spec)
             return live.switch_detail(name, rows, after, Fabric(lab).show()["switches"].get(name))
         return _json(await _blocking(detail))
 

@@ -22,6 +22,7 @@ import ctypes as ct
 import ipaddress
 from pathlib import Path
 
+from dataplane.closing import Closing
 from dataplane.xdp import abi, bpfcache
 from dataplane.xdp.bpfio import BpfMaps, DataplaneError
 from dataplane.xdp.tables.counters import CounterTables
@@ -44,7 +45,7 @@ PINNED_PROGS = (PROG_NAME, "xdp_pass", HANDOFF_PROG_NAME)   # pin()/unpin() orde
 
 
 class SwitchDataplane(PortTables, GroupTables, RouteTables, PortModelTables,
-                      TrafficMatrixTables, FlowTables, CounterTables):
+                      TrafficMatrixTables, FlowTables, CounterTables, Closing):
     """One loaded XDP program and its maps, shared by all switches of one lab."""
 
     def __init__(self, *, max_ports: int = abi.MAX_PORTS, max_switches: int = abi.MAX_SWITCHES,
@@ -158,12 +159,6 @@ class SwitchDataplane(PortTables, GroupTables, RouteTables, PortModelTables,
         if not self._closed:
             self._closed = True
             self._object.close()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
 
     def reset_switch_state(self, switch_id: int) -> dict:
         """Forget a switch's run-time state, as a reboot would: flowlets of its groups,

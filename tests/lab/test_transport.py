@@ -11,7 +11,7 @@ import pytest
 
 from dataplane.experiment import session
 from dataplane.experiment import spec as experiment_spec
-from dataplane.report import metrics, ranking
+from dataplane.report import closedloop, ranking
 
 from .conftest import ROOT, lab_fixture
 
@@ -100,7 +100,7 @@ def test_reordering_costs_go_back_n_not_selective_repeat(lab, tmp_path):
     assert out["flowlet gbn"]["retx_packets"] < gbn["retx_packets"]
     for label in ("spray-rr gbn", "spray-rr sr", "flowlet gbn", "flowlet sr", "ecmp gbn"):
         assert out[label]["messages_done_pct"] == 100.0
-    assert any(metrics.slowdown_buckets(run)[0]["count"]
+    assert any(closedloop.slowdown_buckets(run)[0]["count"]
                for mode in out["_results"]["modes"].values() for run in mode["runs"])
 
 

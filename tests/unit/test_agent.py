@@ -12,9 +12,10 @@ import pytest
 from fakedp import programmed
 
 from dataplane.agent import protocol as proto
-from dataplane.agent.monitor import T_WITHDRAW, FabricMonitor, Notice, R_UTIL
+from dataplane.agent.monitor import FabricMonitor
+from dataplane.agent.notices import R_UTIL, T_WITHDRAW, Notice
 from dataplane.agent.server import ControlServer
-from dataplane.experiment import runner, session
+from dataplane.experiment import deltas, session
 from dataplane.experiment.spec import Experiment, ModeSpec
 from dataplane.lab.fabric import Fabric
 from dataplane.traffic import workload as wl
@@ -104,7 +105,7 @@ def test_report_links_carry_the_emulated_speed_the_agent_sends():
     for ifindex in p.dp.ports:
         p.dp.tx[ifindex] = 125_000
     after = proto.CounterSnapshot.from_wire(p.counters())
-    links = runner._link_bytes(p.spec, before, after)
+    links = deltas.link_bytes(p.spec, before, after)
     scale = p.port_model["scale"]
     assert links and all(link["scaled_bps"] == int(link["speed_bps"] * scale) for link in links)
     up = next(link for link in links if link["a"].startswith("leaf1:up"))

@@ -10,6 +10,7 @@ from fakedp import programmed
 
 from dataplane.agent.protocol import CounterSnapshot
 from dataplane.experiment import runner, session, timeline
+from dataplane.report import faultruns
 from dataplane.traffic import receiver
 from dataplane.wire import roce
 
@@ -104,7 +105,7 @@ def test_results_json_is_written_once(tmp_path, monkeypatch):
 
 def test_fired_events_carry_their_time_and_the_agents_reaction(monkeypatch):
     """Each fault the clock fires keeps the monotonic ns it was made at; the run's events
-    then carry the agent's reaction to it (metrics.dataplane_reaction)."""
+    then carry the agent's reaction to it (faultruns.dataplane_reaction)."""
     from dataplane.lab import faults
 
     p = programmed()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from dataplane.report import metrics, ranking, table
+from dataplane.report import closedloop, ranking, table
 
 
 def _draws(mean: float, n: int = 800, seed: int = 0) -> list[float]:
@@ -54,7 +54,7 @@ def test_rankings_agree_unless_a_pair_is_ordered_both_ways():
 
 def _run(slowdowns: list[float], size: int = 32768) -> dict:
     """A closed-loop run whose messages (all of one size) took `slowdowns` x ideal."""
-    ideal = metrics.ideal_fct_ns(size, 1024, 1e7)
+    ideal = closedloop.ideal_fct_ns(size, 1024, 1e7)
     return {"flows": [{"line_bps": 1e7, "mtu": 1024, "transport": {}, "messages_sent": len(slowdowns),
                        "transport_rx": {"messages": [[size, s * ideal] for s in slowdowns]}}]}
 

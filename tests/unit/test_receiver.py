@@ -299,7 +299,7 @@ def test_loss_without_a_delivered_packet_on_both_sides_is_unknown(missing, note)
 
 
 def test_missing_send_timestamps_are_unknown_not_zero():
-    from dataplane.traffic.receiver import loss_timing
+    from dataplane.traffic.rxstats import loss_timing
     assert loss_timing({0: 0, 2: 0}, [1])["outage_ns"] is None            # stamps missing
     assert loss_timing({0: 100, 2: 100}, [1])["outage_ns"] is None        # no time passed
     assert loss_timing({}, [])["note"] == "no packet received"

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from dataplane.experiment import spec as exp_spec
-from dataplane.report import metrics
+from dataplane.report import closedloop
 from dataplane.traffic import reliable, sender
 from dataplane.traffic import transport as tp
 from dataplane.traffic.workload import Flow, Message
@@ -97,9 +97,9 @@ def test_steady_state_counts_queues_and_pauses_inside_the_window_only():
            "host_port_queues": {"leaf2:down1": {"bytes": [0, 90_000, 1_000, 3_000, 0]}},
            "uplink_queues": {"leaf1:up1": {"bytes": [0, 0, 5_000, 7_000, 99_000]}},
            "pause_frames_at": [0, 40, 41, 43, 80]}
-    out = metrics.steady_state(run, (2.0, 3.0))
+    out = closedloop.steady_state(run, (2.0, 3.0))
     assert out == {"steady_queue_max_bytes": 7_000, "steady_queue_mean_bytes": 6_000.0,
                    "steady_pause_frames": 3}
-    assert metrics.steady_state(run, None)["steady_pause_frames"] is None
+    assert closedloop.steady_state(run, None)["steady_pause_frames"] is None
     tx = [{"rate_timeline": [[0.1, 1, 5], [3.5, 1, 5]]}, {"rate_timeline": [[1.0, 1, 0], [1.2, 1, 5], [3.0, 1, 5]]}]
-    assert metrics.steady_window(tx) == (2.2, 3.0)
+    assert closedloop.steady_window(tx) == (2.2, 3.0)

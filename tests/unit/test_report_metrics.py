@@ -6,8 +6,8 @@ import json
 import pytest
 from hypothesis import given, strategies as st
 
+from dataplane.report import faultruns, idlemodel, rundata, table
 from dataplane.report import metrics as m
-from dataplane.report import table
 
 
 def uplink(a: str, b: str, nbytes: int, *, down: int = 0, scaled=1e8, roles=("leaf", "spine")) -> dict:
@@ -85,7 +85,7 @@ def test_uplink_direction_and_tiers():
              uplink("spine1:up1", "core1:down1", 2000, roles=("spine", "core")),
              uplink("spine1:down9", "spine2:down9", 7777, roles=("spine", "spine"))]  # not an uplink
     run = {"duration_s": 1.0, "links": links, "flows": []}
-    ups = m.uplinks(run)
+    ups = rundata.uplinks(run)
     assert [(u["lower"], u["bytes"], u["tier"]) for u in ups] == [
         ("leaf1:up1", 1000, "leaf-spine"), ("leaf2:up1", 3000, "leaf-spine"), ("spine1:up1", 2000, "spine-core")]
     assert ups[0]["load_bps"] == 8000 and ups[0]["util"] == pytest.approx(8000 / 1e8)
@@ -138,21 +138,21 @@ def test_fct_percentiles_over_all_flows():
 
 def test_reorder_hist_keys_from_json():
     run = run_with([1], [flow(1, reorder_hist={"1": 3, "2": 1}), flow(2, reorder_hist={1: 2})])
-    assert m.reorder_histogram(json.loads(json.dumps(run))) == {1: 5, 2: 1}
+    assert rundata.reorder_histogram(json.loads(json.dumps(run))) == {1: 5, 2: 1}
 
 
 def test_expected_idle():
-    assert m.expected_idle(8, 8) == pytest.approx(8 * (7 / 8) ** 8)
-    assert m.expected_idle(8, 8) == pytest.approx(2.75, abs=0.01)
-    assert m.expected_idle(0, 4) == 4
-    assert m.expected_idle(1, 1) == 0
+    assert idlemodel.expected_idle(8, 8) == pytest.approx(8 * (7 / 8) ** 8)
+    assert idlemodel.expected_idle(8, 8) == pytest.approx(2.75, abs=0.01)
+    assert idlemodel.expected_idle(0, 4) == 4
+    assert idlemodel.expected_idle(1, 1) == 0
 
 
 @given(st.integers(0, 30), st.integers(1, 16))
 def test_idle_pmf_is_a_distribution_with_the_right_mean(n, k):
-    pmf = m.idle_pmf(n, k)
+    pmf = idlemodel.idle_pmf(n, k)
     assert len(pmf) == k + 1 and sum(pmf) == pytest.approx(1.0)
-    assert sum(i * p for i, p in enumerate(pmf)) == pytest.approx(m.expected_idle(n, k))
+    assert sum(i * p for i, p in enumerate(pmf)) == pytest.approx(idlemodel.expected_idle(n, k))
 
 
 def test_expected_idle_for_run_from_cabling():
@@ -165,10 +165,10 @@ def test_expected_idle_for_run_from_cabling():
              flow(3, "srv1:nic0", "srv2:nic0"), flow(4, "srv3:nic0", "srv1:nic0"),
              flow(5, "srv3:nic0", "srv1:nic0", cls="mice")]
     run = {"duration_s": 1.0, "links": links, "flows": flows}
-    assert m.leaf_elephants(run) == {"leaf1": (2, 4), "leaf2": (1, 4)}
-    assert m.expected_idle_for_run(run) == pytest.approx(4 * 0.75 ** 2 + 4 * 0.75)
+    assert idlemodel.leaf_elephants(run) == {"leaf1": (2, 4), "leaf2": (1, 4)}
+    assert idlemodel.expected_idle_for_run(run) == pytest.approx(4 * 0.75 ** 2 + 4 * 0.75)
     run["flows"].append(flow(6, "srv9:nic0", "srv1:nic0"))      # unknown endpoint
-    assert m.expected_idle_for_run(run) is None
+    assert idlemodel.expected_idle_for_run(run) is None
 
 
 def test_mode_summary_and_idle_summary():
@@ -188,12 +188,12 @@ def test_mode_summary_and_idle_summary():
 
 def test_group_runs_accepts_the_result_shapes():
     a, b = run_with([1]), {**run_with([1]), "mode": "spray-rr"}
-    assert list(m.group_runs([a, b])) == ["ecmp", "spray-rr"]
-    assert list(m.group_runs({"x": a, "y": [a, b]})) == ["x", "y"]
-    grouped = m.group_runs({"name": "e", "runs": [a, b], "sweep": [a, a]})
+    assert list(rundata.group_runs([a, b])) == ["ecmp", "spray-rr"]
+    assert list(rundata.group_runs({"x": a, "y": [a, b]})) == ["x", "y"]
+    grouped = rundata.group_runs({"name": "e", "runs": [a, b], "sweep": [a, a]})
     assert list(grouped) == ["ecmp", "spray-rr", "ecmp sweep"] and len(grouped["ecmp sweep"]) == 2
-    assert list(m.group_runs({**a, "label": "ecmp-s1"})) == ["ecmp-s1"]
-    assert m.results_title({"name": "e", "runs": []}) == "e"
+    assert list(rundata.group_runs({**a, "label": "ecmp-s1"})) == ["ecmp-s1"]
+    assert rundata.results_title({"name": "e", "runs": []}) == "e"
 
 
 def test_render_text_units_and_sweep_line():
@@ -268,10 +268,10 @@ def test_fault_figures_network_side_apart_from_host_side():
 def test_a_repair_a_second_later_is_a_second_outage_not_one_long_one():
     f = timed(1, True, [(T_DOWN + 100_000, T_DOWN + 200_000, 1), (T_UP + 50_000, T_UP + 350_000, 3)])
     assert f["outage_us"] > 1e6                      # the flow-level span covers both
-    t = m.flow_outage(f, [T_DOWN, T_UP])
+    t = faultruns.flow_outage(f, [T_DOWN, T_UP])
     assert t["outage_ms"] == pytest.approx(0.3) and t["recovery_ms"] == pytest.approx(0.3)
     # without event times: the flow's own span (the definition, coarser)
-    assert m.flow_outage(f)["outage_ms"] == pytest.approx(f["outage_us"] / 1000)
+    assert faultruns.flow_outage(f)["outage_ms"] == pytest.approx(f["outage_us"] / 1000)
 
 
 def test_unknown_timing_is_none_never_a_number():
@@ -286,8 +286,8 @@ def test_unknown_timing_is_none_never_a_number():
     row = [c.strip() for c in line.split("│")[1:-1]]
     assert row[0] == "ecmp" and row[4:7] == ["- (2 unknown)", "-", "-"]
     # a record from before send times were kept: no loss is still 0, a loss is unknown
-    assert m.flow_outage(flow(4, lost=0))["outage_ms"] == 0
-    assert m.flow_outage(flow(5, lost=3, packets=97))["outage_ms"] is None
+    assert faultruns.flow_outage(flow(4, lost=0))["outage_ms"] == 0
+    assert faultruns.flow_outage(flow(5, lost=3, packets=97))["outage_ms"] is None
 
 
 def test_dataplane_reaction_from_the_agent_log():
@@ -299,7 +299,7 @@ def test_dataplane_reaction_from_the_agent_log():
         {"event": "withdraw_received", "switch": "leaf2", "from": "spine1", "seq": 4, "t_rx_ns": T_DOWN + 500_000, "t_map_ns": T_DOWN + 530_000},
         {"event": "port_up", "switch": "leaf1", "port": "up1", "t_rx_ns": T_UP + 9 * MS, "t_map_ns": T_UP + 9 * MS},
     ]
-    down, up = m.dataplane_reaction(fired, log, until_ns=T_UP + 100 * MS)
+    down, up = faultruns.dataplane_reaction(fired, log, until_ns=T_UP + 100 * MS)
     assert down["failover_us"] == pytest.approx(420) and down["notice_us"] == pytest.approx(100)
     assert [x["netlink_to_mask_us"] for x in down["local"]] == [pytest.approx(50), pytest.approx(20)]
     assert down["remote"][0]["rx_to_map_us"] == pytest.approx(30)
@@ -312,7 +312,7 @@ def test_dataplane_reaction_from_the_agent_log():
 def test_links_cut_at_the_same_time_are_one_fault():
     events = [{"t": 1.0, "at": 1.0, "what": f"link-down spine1:down{i}", "t_ns": T_DOWN + i * MS} for i in range(4)]
     f = timed(1, True, [(T_DOWN + 500_000, T_DOWN + 600_000, 1), (T_DOWN + 3_500_000, T_DOWN + 3_800_000, 3)])
-    assert m.flow_outage(f, m.fault_starts({"events": events}))["outage_ms"] == pytest.approx(3.3)
+    assert faultruns.flow_outage(f, faultruns.fault_starts({"events": events}))["outage_ms"] == pytest.approx(3.3)
 
 
 def test_fault_table_says_when_receivers_dropped_frames():
@@ -332,7 +332,7 @@ def test_a_port_event_belongs_to_the_fault_that_named_its_port():
            {"event": "port_down", "switch": "spine1", "port": "down1", "t_rx_ns": T_DOWN + 3 * MS,
             "t_map_ns": T_DOWN + 3 * MS + 50_000},
            {"event": "host_learned", "switch": "leaf1", "t_ns": T_DOWN + 99 * MS}]
-    one, two = m.dataplane_reaction(fired, log, until_ns=T_DOWN + 50 * MS)
+    one, two = faultruns.dataplane_reaction(fired, log, until_ns=T_DOWN + 50 * MS)
     assert [x["port"] for x in one["local"]] == ["down1"] and one["failover_us"] == pytest.approx(2050)
     assert [x["port"] for x in two["local"]] == ["down2"] and two["failover_us"] == pytest.approx(0.02)
 
@@ -343,7 +343,7 @@ def test_fault_table_says_when_faults_came_late():
         {"t": 1.3, "at": 1.0, "what": "link-down a b", "t_ns": t0 + 1_250 * MS},
         {"t": 2.3, "at": 1.8, "what": "link-up a b", "t_ns": t0 + 2_300 * MS}])
     run["t0_ns"] = t0
-    assert m.fault_lateness_s(run) == (pytest.approx(0.5), True)
+    assert faultruns.fault_lateness_s(run) == (pytest.approx(0.5), True)
     text = table.render_text(run, title="t", width=400)
     assert "ecmp: faults made up to 0.50 s after their scheduled time (some after the senders" in text
     run["events"][1]["t_ns"] = t0 + 1_850 * MS

@@ -10,7 +10,7 @@ pytest.importorskip("matplotlib")
 
 from matplotlib.image import imread  # noqa: E402
 
-from dataplane.report import metrics, plots, sweep, table  # noqa: E402
+from dataplane.report import fabricplot, idlemodel, metrics, plots, sweep, table  # noqa: E402
 from dataplane.topology.generate import generate  # noqa: E402
 
 SCALED = 1e8  # 400G emulated at 100 Mb/s
@@ -132,7 +132,7 @@ def test_write_plots_sweep(tmp_path):
                                          ("rail-only", {})])
 def test_fabric_drawing_all_kinds(tmp_path, kind, params):
     run = make_run(kind, **params)
-    w, h = check_png(plots.plot_fabric(run, tmp_path / "f.png"))
+    w, h = check_png(fabricplot.plot_fabric(run, tmp_path / "f.png"))
     assert w > h  # tiers as rows: wider than tall
 
 
@@ -159,7 +159,7 @@ def test_sweep_text_and_summary():
     assert s["runs"] == 10 and s["seeds"] == list(range(10))
     assert {"p5", "p95", "mean", "std"} <= set(s["metrics"]["jain"])
     # 8 leaves x 4 uplinks, 4 NICs per leaf, each with an elephant to another leaf
-    assert s["idle"]["expected_mean"] == pytest.approx(8 * metrics.expected_idle(4, 4))
+    assert s["idle"]["expected_mean"] == pytest.approx(8 * idlemodel.expected_idle(4, 4))
     text = sweep.render_sweep_text(runs)
     assert "ecmp: 10 runs (seeds 0..9)" in text and "expected" in text
 

@@ -9,6 +9,7 @@ import pytest
 
 from dataplane.agent.protocol import CounterSnapshot
 from dataplane.cli import top
+from dataplane.lab.ports import compute_rows
 from dataplane.runtime import labspec
 from dataplane.topology.generate import generate
 
@@ -24,8 +25,8 @@ def snapshot(ports: dict[str, dict[str, dict]]) -> dict:
 
 
 def rows(prev, cur, dt, spec=None):
-    return top.compute_rows(prev and CounterSnapshot.from_wire(prev), CounterSnapshot.from_wire(cur),
-                            dt, spec)
+    return compute_rows(prev and CounterSnapshot.from_wire(prev), CounterSnapshot.from_wire(cur),
+                        dt, spec)
 
 
 @pytest.fixture(scope="module")

@@ -13,7 +13,7 @@ from aiohttp.test_utils import TestClient, TestServer
 
 from dataplane.agent.protocol import (LOAD_FIELDS, CounterSnapshot, GroupCounters, PortCounters,
                                       SwitchCounters, load_row)
-from dataplane.cli import top
+from dataplane.lab.ports import compute_rows
 from dataplane.runtime import state
 from dataplane.runtime.labspec import build
 from dataplane.topology.clab import read
@@ -151,7 +151,7 @@ def test_the_view_shows_railab_tops_numbers(spec):
     after.switches["p0-leaf1-r0"].groups = {"7": GroupCounters("spray-rr", [], [])}
     dt = 0.5
     out = _frame(links, before, after, dt=dt)
-    rows = {(r.switch, r.port): r for r in top.compute_rows(before, after, dt)}
+    rows = {(r.switch, r.port): r for r in compute_rows(before, after, dt)}
     for link in links:
         shown = out["links"][link["id"]]
         for sender, receiver, util, bps in ((link["a"], link["b"], "down_util", "down_bps"),

@@ -2,14 +2,23 @@
 from __future__ import annotations
 
 import collections
+import fnmatch
 import textwrap
+import tomllib
+from pathlib import Path
 
+import jsonschema
 import pytest
 
+import dataplane
+from dataplane import units
 from dataplane.errors import RailabError
+from dataplane.traffic import workload, workloadschema
+from dataplane.traffic.sizes import parse_dist
+from dataplane.traffic.transport import TRANSPORTS, DcqcnParams
 from dataplane.wire import roce
 from dataplane.traffic.workload import (Host, Nic, WorkloadError, generate, load,
-                                        load_dict, load_flows, parse_dist, parse_duration,
+                                        load_dict, load_flows, parse_duration,
                                         parse_rate, parse_size)
 import random
 
@@ -211,6 +220,45 @@ def test_schema_errors_one_line_with_file_and_field(wfile, edit, field):
     assert "\n" not in msg and msg.startswith(str(p) + ": ")
     assert field in msg
     assert isinstance(ei.value, RailabError)
+
+
+@pytest.mark.parametrize("doc,message", [
+    ({"rate": "fast"}, "rate: 'fast' is not a rate like 200Mbps, 10Gbps or 50kpps"),
+    ({"pattern": {"type": "flows", "flows": [{"src": "h1", "dst": "h2:eth0"}]}},
+     "pattern.flows[0].src: 'h1' is not host:ifname or host:rail, e.g. h1:eth0"),
+    ({"classes": {"mice": {"size": {"uniform": {"min": 1}}}}}, "classes.mice.size.uniform: 'max' is a required property"),
+    ({"hosts": [{"name": "a", "nics": [{"ifname": "e", "ip": "x"}]}]}, "hosts[0].nics[0].ip: 'x' is not an IPv4 address"),
+])
+def test_schema_hints_reach_through_the_files_refs(doc, message):
+    """The schema file shares its pieces by "$ref"; the hints still name what was expected."""
+    with pytest.raises(WorkloadError) as ei:
+        workloadschema.validate({"pattern": {"type": "ring-allreduce"}, **doc}, "wl.yaml")
+    assert str(ei.value) == f"wl.yaml: {message}"
+
+
+def test_schema_file_agrees_with_the_code():
+    """The JSON schema spells out railab's own patterns and enums; they must stay the code's."""
+    schema = workloadschema.SCHEMA
+    defs, top = schema["$defs"], schema["properties"]
+    assert defs["size"]["anyOf"][1]["pattern"] == units.SIZE_RE.pattern
+    assert defs["rate"]["anyOf"][1]["pattern"] == units.RATE_RE.pattern
+    assert defs["duration"]["anyOf"][1]["pattern"] == units.TIME_RE.pattern
+    assert defs["flow"]["properties"]["class"]["enum"] == list(workload.CLASSES)
+    assert list(top["mix"]["properties"]) == list(top["classes"]["properties"]) == list(workload.CLASSES)
+    assert top["mtu"]["enum"] == list(roce.MTUS)
+    assert top["qp"]["enum"] == list(workload.QP_MODES)
+    kinds, config = top["transport"]["anyOf"]
+    assert kinds["enum"] == config["properties"]["kind"]["enum"] == list(TRANSPORTS)
+    assert list(top["dcqcn"]["anyOf"][1]["properties"]) == list(DcqcnParams.option_names())
+    jsonschema.Draft202012Validator.check_schema(schema)
+
+
+def test_schema_file_ships_with_the_package():
+    """pyproject.toml's package data takes the schema folder's JSON files."""
+    pyproject = tomllib.loads((Path(__file__).resolve().parents[2] / "pyproject.toml").read_text())
+    globs = pyproject["tool"]["setuptools"]["package-data"]["dataplane"]
+    relative = workloadschema.SCHEMA_PATH.relative_to(Path(dataplane.__file__).resolve().parent)
+    assert any(fnmatch.fnmatch(str(relative), g) for g in globs), (relative, globs)
 
 
 def test_semantic_errors(wfile):

@@ -1,0 +1,127 @@
+"""Local fast failover (dataplane.agent.monitor's docstring): netlink link events of every
+switch namespace -> the port's state in the data plane, and the withdraw / restore
+notices a switch sends when it loses (or regains) every member for a prefix. A part of
+the fabric monitor."""
+from __future__ import annotations
+
+import struct
+import time
+
+from dataplane.agent.notices import R_CLEARED, R_LINK_DOWN, T_RESTORE, T_WITHDRAW
+from dataplane.kernel.netns import in_netns
+
+RTMGRP_LINK = 1
+RTM_NEWLINK, RTM_DELLINK = 16, 17
+IFF_UP, IFF_LOWER_UP = 0x1, 0x10000
+
+
+def _parse_links(data: bytes):
+    """(ifindex, flags) of every RTM_NEWLINK / RTM_DELLINK in a netlink datagram."""
+    off = 0
+    while off + 16 <= len(data):
+        length, mtype = struct.unpack_from("=IH", data, off)
+        if length < 16:
+            break
+        if mtype in (RTM_NEWLINK, RTM_DELLINK) and off + 32 <= len(data):
+            _fam, _pad, _type, index, flags, _change = struct.unpack_from("=BBHiII", data, off + 16)
+            yield index, (0 if mtype == RTM_DELLINK else flags)
+        off += (length + 3) & ~3
+
+
+def _link_states(netns: str, ifindexes: list[int]) -> dict[int, bool]:
+    """{ifindex: IFF_UP and IFF_LOWER_UP} read over netlink in netns."""
+    # deferred on purpose: pyroute2 takes 0.5 s to import (several on a busy machine),
+    # time the agent's start would otherwise add to every deploy
+    from pyroute2 import IPRoute
+
+    with in_netns(netns):
+        ipr = IPRoute()
+    try:
+        out = {}
+        for ifx in ifindexes:
+            flags = ipr.link("get", index=ifx)[0]["flags"]
+            out[ifx] = bool(flags & IFF_UP) and bool(flags & IFF_LOWER_UP)
+        return out
+    finally:
+        ipr.close()
+
+
+# How long after a repair netlink messages about its ports are checked against the kernel.
+RELEASE_SETTLE_NS = 1_000_000_000
+
+
+class Failover:
+    def __init__(self, monitor):
+        self.m = monitor
+
+    def on_netlink(self, node, sock) -> None:
+        while True:
+            try:
+                data = sock.recv(65536)
+            except BlockingIOError:
+                return
+            t_rx = time.monotonic_ns()
+            for ifindex, flags in _parse_links(data):
+                owner = self.m.spec.find_port(ifindex)
+                if owner is None or owner[0].name != node.name:
+                    continue
+                up = bool(flags & IFF_UP) and bool(flags & IFF_LOWER_UP)
+                if t_rx - self.m.released_ns.get(ifindex, -RELEASE_SETTLE_NS) < RELEASE_SETTLE_NS:
+                    up = _link_states(node.netns, [ifindex]).get(ifindex, up)
+                self.port_event(node, owner[1], up, t_rx)
+
+    def hold(self, ifindexes: list[int]) -> None:
+        """Repair in progress: ignore these ports' netlink events until release()."""
+        with self.m.lock:
+            self.m.held.update(ifindexes)
+
+    def release(self, ifindexes: list[int]) -> dict:
+        """Apply the kernel's current state of these ports, in the order given (a switch
+        coming back: its own ports first, then its neighbours' ends), under one lock: the
+        neighbours start sending to it only once it can forward everything."""
+        states = {}
+        with self.m.lock:
+            for ifx in ifindexes:
+                self.m.held.discard(ifx)
+            by_ns: dict[str, list[int]] = {}
+            for ifx in ifindexes:
+                by_ns.setdefault(self.m.spec.port(ifx)[0].netns, []).append(ifx)
+            read_ns = time.monotonic_ns()
+            for netns, idx in by_ns.items():
+                states.update(_link_states(netns, idx))
+            for ifx in ifindexes:
+                self.m.released_ns[ifx] = read_ns
+            for ifx in ifindexes:
+                node, iface = self.m.spec.port(ifx)
+                self.port_event(node, iface, states.get(ifx, False))
+        return {"up": sum(states.values()), "ports": len(ifindexes), "t_ns": time.monotonic_ns()}
+
+    def port_event(self, node, iface, up: bool, t_rx: int | None = None) -> None:
+        with self.m.lock:
+            if iface.ifindex in self.m.held:
+                return
+            if self.m.dp.port_is_up(iface.ifindex) == up:
+                return
+            groups = self.m.dp.set_port_state(iface.ifindex, up)
+            t_map = time.monotonic_ns()
+            self.m.events.append({"event": "port_up" if up else "port_down", "switch": node.name,
+                                "port": iface.name, "ifindex": iface.ifindex, "t_rx_ns": t_rx or t_map,
+                                "t_map_ns": t_map, "groups": groups})
+            if self.m.cfg["notify"]:
+                # every group of the switch, not only the port's: after a reset the
+                # switch re-announces prefixes it still cannot reach
+                self.notify_reachability(node, None, t_map)
+
+    def notify_reachability(self, node, gids, now) -> None:
+        """S lost (or regained) every member for a prefix: withdraw (restore) it upstream."""
+        for gid, prefix in self.m.p.routing.group_prefixes(node.name, gids):
+            dead = self.m.dp.group_down_mask(gid)
+            n = len(self.m.p.routing.members_of(gid))
+            all_dead = dead == (1 << min(n, 64)) - 1
+            key = (node.name, prefix)
+            if all_dead and key not in self.m.withdrawn:
+                self.m.withdrawn.add(key)
+                self.m.notices.send_upstream(node, prefix, T_WITHDRAW, R_LINK_DOWN, gid)
+            elif not all_dead and key in self.m.withdrawn:
+                self.m.withdrawn.discard(key)
+                self.m.notices.send_upstream(node, prefix, T_RESTORE, R_CLEARED, gid)
