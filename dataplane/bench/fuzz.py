@@ -1,7 +1,7 @@
 """`railab bench fuzz`: a long campaign of hostile frames through the switch program
-(BPF_PROG_TEST_RUN), judged frame by frame (dataplane.xdp.fuzz.judge) and, at the end, by
+(BPF_PROG_TEST_RUN), judged frame by frame (dataplane.xdp.hostile.judge) and, at the end, by
 its counters: every frame in one verdict counter, every drop but accepted PFC frames in one
-drop reason. `--program nic`: the kernel NIC's responder instead (fuzz.judge_nic), half
+drop reason. `--program nic`: the kernel NIC's responder instead (hostile.judge_nic), half
 the frames consumed, half passed on. Too long for the test suite (tests/bpf/test_fuzz.py
 runs 2,500 frames with hypothesis); the same frames from the same seed.
 
@@ -15,7 +15,8 @@ import os
 import time
 
 from dataplane.kernel.netns import in_netns
-from dataplane.xdp import fuzz, progtest
+from dataplane.bench import hostile
+from dataplane.xdp import progtest
 from dataplane.xdp.switch import SwitchDataplane
 
 EXAMPLES_KEPT = 5
@@ -29,13 +30,13 @@ def bench_fuzz(frames: int = 1_000_000, seed: int = 1, program: str = "switch") 
         return {"program": "nic", **_nic_campaign(frames, seed)}
     dp = SwitchDataplane()
     try:
-        with fuzz.fuzz_switch(dp, f"rlfz{os.getpid()}") as sw:
+        with hostile.fuzz_switch(dp, f"rlfz{os.getpid()}") as sw:
             return {"program": "switch", **_campaign(sw, frames, seed)}
     finally:
         dp.close()
 
 
-def _campaign(sw: fuzz.FuzzSwitch, frames: int, seed: int) -> dict:
+def _campaign(sw: hostile.FuzzSwitch, frames: int, seed: int) -> dict:
     dp = sw.dp
     verdicts_before, reasons_before = dp.verdict_counters(), dp.drop_counters()
     verdicts: collections.Counter = collections.Counter()
@@ -44,11 +45,11 @@ def _campaign(sw: fuzz.FuzzSwitch, frames: int, seed: int) -> dict:
     pfc_frames = 0
     started = time.perf_counter()
     with in_netns(sw.netns):
-        for frame in itertools.islice(filter(_deliverable, fuzz.random_frames(seed)), frames):
+        for frame in itertools.islice(filter(_deliverable, hostile.random_frames(seed)), frames):
             result = sw.run(frame)
             verdicts[result.verdict] += 1
             pfc_frames += frame[12:14] == b"\x88\x08"
-            for problem in fuzz.judge(frame, result.verdict, result.data):
+            for problem in hostile.judge(frame, result.verdict, result.data):
                 violations[problem] += 1
                 if len(examples) < EXAMPLES_KEPT:
                     examples.append({"problem": problem, "verdict": result.verdict, "frame": frame.hex()})
@@ -79,13 +80,13 @@ def _nic_campaign(frames: int, seed: int) -> dict:
     examples: list[dict] = []
     started = time.perf_counter()
     with NicResponder(max_qps=1024) as nic:
-        hostile = filter(_deliverable, fuzz.random_frames(seed, favour="railab-data"))
+        hostile = filter(_deliverable, hostile.random_frames(seed, favour="railab-data"))
         for consume in (False, True):
             nic.configure(mode="respond", consume=consume, cnp_interval_us=1.0)
             for frame in itertools.islice(hostile, frames // 2 + (frames % 2 if consume else 0)):
                 result = progtest.prog_test_run(nic.prog_fd, frame)
                 verdicts[result.verdict] += 1
-                for problem in fuzz.judge_nic(frame, result.verdict, result.data, consume=consume):
+                for problem in hostile.judge_nic(frame, result.verdict, result.data, consume=consume):
                     violations[problem] += 1
                     if len(examples) < EXAMPLES_KEPT:
                         examples.append({"problem": problem, "verdict": result.verdict, "frame": frame.hex()})
@@ -99,4 +100,4 @@ def _nic_campaign(frames: int, seed: int) -> dict:
 
 
 def _deliverable(frame: bytes) -> bool:
-    return len(frame) >= fuzz.MIN_FRAME
+    return len(frame) >= hostile.MIN_FRAME
