@@ -40,6 +40,7 @@ BPF_DIR = Path(__file__).resolve().parents[2] / "bpf"
 SWITCH_C = BPF_DIR / "switch.c"
 PROG_NAME = "xdp_switch"
 HANDOFF_PROG_NAME = "tc_handoff"
+NOTICE_PROGS = {abi.ARN_PROG_TX: "xdp_notice_tx", abi.ARN_PROG_RX: "xdp_notice_rx"}   # arn_progs
 PINNED_PROGS = (PROG_NAME, "xdp_pass", HANDOFF_PROG_NAME)   # pin()/unpin() order
 
 
@@ -98,6 +99,8 @@ class SwitchDataplane(PortTables, GroupTables, RouteTables, PortModelTables,
             "xdp_pass": bpfcache.PROG_XDP,     # XDP_PASS only, for the host end of switch links
             # tc ingress of real-queue ports (dataplane.kernel.realqueue)
             HANDOFF_PROG_NAME: bpfcache.PROG_SCHED_CLS,
+            # notices (tail calls of xdp_switch through arn_progs)
+            **{name: bpfcache.PROG_XDP for name in NOTICE_PROGS.values()},
         })
         self.compile_seconds = self._object.seconds
         self.bpf_cache = self._object.cache    # warm | cold | off
@@ -105,6 +108,8 @@ class SwitchDataplane(PortTables, GroupTables, RouteTables, PortModelTables,
         self.pass_prog_fd: int = self._object.progs["xdp_pass"]
         self.handoff_prog_fd: int = self._object.progs[HANDOFF_PROG_NAME]
         self.maps = BpfMaps({name: self._object.maps[name] for name in abi.MAPS})
+        for slot, name in NOTICE_PROGS.items():
+            self.maps.update("arn_progs", ct.c_uint32(slot), ct.c_uint32(self._object.progs[name]))
         # shadow state (the maps are the truth for the data path; this is for the API),
         # by the table family that writes it (dataplane.xdp.tables)
         self._ports: dict[int, abi.PortInfo] = {}          # ports
