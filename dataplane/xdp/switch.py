@@ -3,7 +3,7 @@
 SwitchDataplane compiles bpf/switch.c once with bcc (sizes as -D cflags), loads
 the XDP entry function `xdp_switch`, pins it, and programs its tables. The tables are
 dataplane.xdp.tables, one module per family (ports, groups, routes, port model and PFC,
-traffic matrix, flows, counters); this class is their union over one loaded object and
+traffic matrix, flows, counters, notices); this class is their union over one loaded object and
 keeps what every family shares: the maps, the port and switch entries' writers, the
 range checks and a switch reset (which touches every family). The plumbing under it
 (map I/O, pinning, XDP attach/detach in any namespace) is dataplane.xdp.bpfio.
@@ -27,6 +27,7 @@ from dataplane.xdp.bpfio import BpfMaps, DataplaneError
 from dataplane.xdp.tables.counters import CounterTables
 from dataplane.xdp.tables.flows import FlowTables
 from dataplane.xdp.tables.groups import GroupState, GroupTables, hash_field_names, wcmp_slots
+from dataplane.xdp.tables.notices import NoticeTables
 from dataplane.xdp.tables.portmodel import PortModelTables
 from dataplane.xdp.tables.ports import PortTables
 from dataplane.xdp.tables.routes import RouteTables
@@ -45,7 +46,7 @@ PINNED_PROGS = (PROG_NAME, "xdp_pass", HANDOFF_PROG_NAME)   # pin()/unpin() orde
 
 
 class SwitchDataplane(PortTables, GroupTables, RouteTables, PortModelTables,
-                      TrafficMatrixTables, FlowTables, CounterTables):
+                      TrafficMatrixTables, FlowTables, CounterTables, NoticeTables):
     """One loaded XDP program and its maps, shared by all switches of one lab."""
 
     def __init__(self, *, max_ports: int = abi.MAX_PORTS, max_switches: int = abi.MAX_SWITCHES,
@@ -203,8 +204,9 @@ class SwitchDataplane(PortTables, GroupTables, RouteTables, PortModelTables,
                     e.packets = e.bytes = 0
                     self.maps.update("tm", key, e)
         learned = self.forget_learned(switch_id)
+        excl = self.clear_exclusions(switch_id)
         return {"flowlets": flows, "groups": len(gids), "ports": len(ports),
-                "avoid_cleared": avoided, "learned_forgotten": learned}
+                "avoid_cleared": avoided, "learned_forgotten": learned, "exclusions_cleared": excl}
 
     def _set_switch_flag(self, switch_id: int, flag: int, on: bool) -> None:
         cfg = self._switches.get(switch_id) or abi.SwitchCfg()
