@@ -172,7 +172,9 @@
 #define ARN_F_GENERATE    (1U << 0)    /* arn_cfg.flags: turn data packets into a dead group
                                         * into notices back out of their ingress port */
 #define ARN_F_CONSUME     (1U << 1)    /* arn_cfg.flags: notices arriving on fabric ports set
-                                        * exclusions (arn_excl) and are dropped */
+                                        * exclusions (arn_excl) and are dropped ... */
+#define ARN_F_PASS        (1U << 2)    /* ... or, with this, passed up the switch's stack after
+                                        * that, so that tcpdump on the port sees them */
 #define ARN_PORT_F_FABRIC (1U << 0)    /* arn_ports.flags: a switch-switch link: notices are
                                         * sent out of it and accepted from it */
 /* arn_stats keys (PERCPU array of __u64) */

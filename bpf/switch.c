@@ -12,11 +12,18 @@
  *            -> not IPv4 (IPv6, LLDP, VLAN, ...) -> drop not_ipv4 (documented choice:
  *               kernel IP forwarding is off in switch namespaces, nothing would use it)
  *   IPv4 -> L4 ports (TCP/UDP, not for fragments) -> RoCEv2 BTH (UDP 4791)
- *        -> route_cache (switch_id, dst) (miss: local_addrs + LPM, then fill the entry)
+ *        -> ARN notice (UDP 4792, consumption on, fabric port or magic) -> tail call
+ *           xdp_notice_rx: exclusion in arn_excl, notice dropped (before the local-address check)
+ *        -> route_cache (switch_id, dst, route_gen, arn_gen) (miss: local_addrs + LPM + the
+ *           exclusion covering dst, then fill the entry)
  *        -> dst owned by the switch -> XDP_PASS
  *        -> TTL <= 1 -> drop ttl_expired
  *        -> traffic-matrix entry (switch has any for dst) -> that member, skipping route and mode
- *        -> the route's group (no route -> drop no_route) -> member by the group's mode
+ *        -> the route's group (no route -> drop no_route)
+ *           -> no live member: drop members_down, and on a fabric port (generation on) tail call
+ *              xdp_notice_tx: the frame becomes a WITHDRAW notice back out of the ingress port
+ *              (XDP_TX), at most one per (switch, prefix, port) per hold
+ *        -> member by the group's mode
  *        -> emulated egress port (rl_transmit: virtual queue, tail drop queue_full, ECN CE)
  *        -> MAC rewrite, TTL-1 -> bpf_redirect(member ifindex)
  *           or, if that port has a real queue: XDP_PASS with the egress ifindex in the
@@ -985,7 +992,7 @@ int xdp_notice_rx(struct xdp_md *ctx)
     }
     if (as)
         __sync_fetch_and_add(&as->gen, 1);
-    return rl_exit(ctx, XDP_DROP);
+    return rl_exit(ctx, (cfg->flags & ARN_F_PASS) ? XDP_PASS : XDP_DROP);
 }
 
 /* Trivial program for the far end of a switch link (host NICs): gives that veth

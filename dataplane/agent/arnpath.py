@@ -10,6 +10,11 @@ dataplane  the switches' XDP programs do it (bpf/switch.c xdp_notice_tx / xdp_no
            no link-down notices; congestion notices (`arn`) stay the agent's, and the data
            plane consumes those too (prefix granularity; flow lists go on to the agent).
 
+arn_capture (dataplane only): a consumed notice is passed up the receiving switch's stack
+instead of dropped, so that tcpdump on that port sees it (XDP_TX frames pass no capture
+point on their way out, and a dropped one none on the way in); the monitor's socket then
+receives it and leaves it alone (consumed_below).
+
 program() writes the data plane's side of the setting: on/off, the hold a notice carries
 and the rate limit (both the monitor's real-fabric hold_ms, as wall-clock time at the lab's
 scale), and which ports are switch-switch links with the notice's addresses on them."""
@@ -33,7 +38,8 @@ def program(spec, dp, cfg: dict, wall_us) -> None:
     wall-clock us at the lab's scale (SwitchProgrammer.wall_us). Call under the agent's lock."""
     on = cfg["arn_path"] == "dataplane"
     hold_ms = max(1, round(wall_us(cfg["hold_ms"] * 1000) / 1000))
-    dp.set_notices(generate=on and cfg["notify"], consume=on, hold_ms=hold_ms)
+    dp.set_notices(generate=on and cfg["notify"], consume=on, hold_ms=hold_ms,
+                   pass_consumed=on and cfg["arn_capture"])
     for node in spec.switches:
         for iface in node.interfaces:
             peer = spec.find_node(iface.peer_node)
@@ -41,3 +47,10 @@ def program(spec, dp, cfg: dict, wall_us) -> None:
             far = peer.interface(iface.peer_if) if fabric else None
             dp.set_notice_port(iface.ifindex, fabric=fabric, src=iface.address or None,
                                dst=(far.address or None) if far is not None else None)
+
+
+def consumed_below(cfg: dict, data: bytes) -> bool:
+    """A notice the monitor's socket received that the data plane has consumed already
+    (arn_path dataplane: every notice but a flow list, which the data plane leaves to the
+    agent): the agent must not act on it a second time."""
+    return cfg["arn_path"] == "dataplane" and not (len(data) > 7 and data[:4] == b"RARN" and data[7] & 0x1)

@@ -110,7 +110,8 @@ DEFAULTS = {"notify": True,          # FGLB: tell neighbours about lost paths (l
             "poll_ms": 2.0,          # congestion poll period
             "granularity": "prefix",  # congestion notice: avoid me for the prefix, or move these flows
             "learn": True,           # ARP-to-host-route on host-facing leaf ports
-            "arn_path": "agent"}     # link-down notices made/consumed by: agent | dataplane (arnpath)
+            "arn_path": "agent",     # link-down notices made/consumed by: agent | dataplane (arnpath)
+            "arn_capture": False}    # dataplane: consumed notices also go up the stack (tcpdump)
 SETTING_RANGES = {"arn_util": (0.0, 1.0), "arn_queue_bytes": (0, 1 << 30), "hold_ms": (0.0, 3.6e6),
                   "interval_ms": (0.0, 3.6e6), "poll_ms": (0.1, 10_000.0)}
 
@@ -445,6 +446,9 @@ class FabricMonitor:
             except BlockingIOError:
                 return
             t_rx = time.monotonic_ns()
+            if arnpath.consumed_below(self.cfg, data):   # the data plane acted on it already
+                self.counters[node.name]["dataplane_seen"] += 1
+                continue
             try:
                 msg = Notice.unpack(data)
             except ValueError:

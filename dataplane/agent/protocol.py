@@ -155,6 +155,7 @@ class ArnConfig(Request):
     learn: bool | None = None
     granularity: str | None = None
     arn_path: str | None = None
+    arn_capture: bool | None = None
 
 
 @dataclass

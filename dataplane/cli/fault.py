@@ -7,7 +7,7 @@
     railab fault LAB clear                      railab fault LAB status
     railab fault LAB arn [--on|--off] [--notify/--no-notify] [--util U] [--queue-bytes B]
                          [--hold-ms MS] [--interval-ms MS] [--granularity prefix|flow]
-                         [--arn-path agent|dataplane]
+                         [--arn-path agent|dataplane] [--arn-capture|--no-arn-capture]
 """
 from __future__ import annotations
 
@@ -58,6 +58,11 @@ def register(sub) -> None:
                    "whole prefix; default) or flow (move only the flows the spine caught)")
     s.add_argument("--arn-path", help="who makes and consumes link-down notices: agent (default) "
                    "or dataplane (the switches' XDP programs)")
+    capture = s.add_mutually_exclusive_group()
+    capture.add_argument("--arn-capture", dest="arn_capture", action="store_true", default=None,
+                         help="dataplane path: consumed notices also go up the receiving switch's "
+                              "stack, so that tcpdump on its port sees them")
+    capture.add_argument("--no-arn-capture", dest="arn_capture", action="store_false")
     p.set_defaults(func=run)
 
 
@@ -99,7 +104,8 @@ def _run(args) -> int:
         cfg = faults.notifications(lab, notify=args.notify, arn=args.arn, arn_util=args.arn_util,
                                    arn_queue_bytes=args.arn_queue_bytes, hold_ms=args.hold_ms,
                                    interval_ms=args.interval_ms, poll_ms=args.poll_ms,
-                                   granularity=args.granularity, arn_path=args.arn_path)
+                                   granularity=args.granularity, arn_path=args.arn_path,
+                                   arn_capture=args.arn_capture)
         print(json.dumps(cfg))
         return 0
     event = {"fault": cmd}

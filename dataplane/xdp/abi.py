@@ -127,6 +127,7 @@ ARN_NF_FLOWS = 0x1           # header flags: flow list follows (left to the agen
 ARN_NF_XDP = 0x2             # header flags: made by the data plane
 ARN_F_GENERATE = 1 << 0      # arn_cfg.flags
 ARN_F_CONSUME = 1 << 1
+ARN_F_PASS = 1 << 2          # consumed notices go up the stack (captures see them)
 ARN_PORT_F_FABRIC = 1 << 0   # arn_ports.flags: a switch-switch link
 ARN_S_SENT = 0
 ARN_S_SUPPRESSED = 1

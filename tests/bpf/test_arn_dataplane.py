@@ -235,6 +235,16 @@ def test_notice_to_the_switch_itself_is_consumed_not_passed(arn, lab):
     assert delta(c0, count(dp)) == {"withdraw_received": 1}
 
 
+def test_pass_consumed_sends_the_notice_up_after_recording_it(arn, lab):
+    dp = arn
+    dp.set_notices(generate=True, consume=True, hold_ms=HOLD_MS, interval_ns=INTERVAL_MS * 1_000_000,
+                   pass_consumed=True)
+    c0 = count(dp)
+    assert run_frame(dp, lab, notice(), TO_S).verdict == "pass"
+    assert delta(c0, count(dp)) == {"withdraw_received": 1}
+    assert TO_S not in choices(dp, lab).values()
+
+
 def test_consume_off_or_flow_list_goes_to_the_agent(arn, lab):
     dp = arn
     c0 = count(dp)

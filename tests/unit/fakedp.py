@@ -39,8 +39,9 @@ class FakeDataplane:
                                               speed_bps=speed_bps)
         self.up.setdefault(ifindex, True)
 
-    def set_notices(self, *, generate, consume, hold_ms, interval_ns=None):
-        self.notices = {"generate": generate, "consume": consume, "hold_ms": hold_ms}
+    def set_notices(self, *, generate, consume, hold_ms, interval_ns=None, pass_consumed=False):
+        self.notices = {"generate": generate, "consume": consume, "hold_ms": hold_ms,
+                        "pass_consumed": pass_consumed}
 
     def set_notice_port(self, ifindex, *, fabric, src=None, dst=None):
         self.notice_ports = getattr(self, "notice_ports", {})

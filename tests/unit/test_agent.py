@@ -383,3 +383,16 @@ def test_arn_path_dataplane_programs_the_switches_and_silences_the_agent():
     mon.configure(arn_path="agent")
     assert not p.dp.notices["generate"] and not p.dp.notices["consume"]
     assert not any(v["fabric"] for v in p.dp.notice_ports.values())
+
+
+def test_notices_the_data_plane_consumed_are_left_alone_by_the_agent():
+    from dataplane.agent import arnpath
+    mon = _monitor()
+    wire = Notice(T_WITHDRAW, 1, 1, 7, 0, "10.0.1.0/24", hold_ms=5).pack()
+    flows = Notice(T_WITHDRAW, R_UTIL, 1, 7, 0, "10.0.1.0/24", hold_ms=5,
+                   flows=[("10.0.0.2", "10.0.1.2", 1, 2, 17)]).pack()
+    assert not arnpath.consumed_below(mon.cfg, wire)           # agent path: the agent's
+    mon.configure(arn_path="dataplane", arn_capture=True)
+    assert mon.p.dp.notices["pass_consumed"]
+    assert arnpath.consumed_below(mon.cfg, wire)
+    assert not arnpath.consumed_below(mon.cfg, flows)          # flow lists stay the agent's

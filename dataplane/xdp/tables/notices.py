@@ -22,17 +22,20 @@ class NoticeTables:
     A part of SwitchDataplane (dataplane.xdp.switch): it uses the class's maps,
     shadow state and range checks."""
 
-    def set_notices(self, *, generate: bool, consume: bool, hold_ms: int, interval_ns: int | None = None) -> None:
+    def set_notices(self, *, generate: bool, consume: bool, hold_ms: int, interval_ns: int | None = None,
+                    pass_consumed: bool = False) -> None:
         """generate: a packet into a group with no live member becomes a WITHDRAW notice
         back out of its (fabric) ingress port, carrying hold_ms (wall ms, >= 1); at most one
         per (switch, route, port) per interval_ns (default: the hold). consume: notices
-        arriving on fabric ports set exclusions and are dropped."""
+        arriving on fabric ports set exclusions and are dropped -- or, with pass_consumed,
+        passed up the switch's stack (so that a capture on the port sees them)."""
         if not 1 <= hold_ms <= 0xFFFFFFFF:
             raise ValueError(f"notice hold_ms {hold_ms!r}: must be 1 .. 2**32-1 (0 would mean until RESTORE)")
         interval = hold_ms * 1_000_000 if interval_ns is None else int(interval_ns)
         if not 0 <= interval < 1 << 63:
             raise ValueError(f"notice interval_ns {interval_ns!r} out of range")
-        flags = (abi.ARN_F_GENERATE if generate else 0) | (abi.ARN_F_CONSUME if consume else 0)
+        flags = ((abi.ARN_F_GENERATE if generate else 0) | (abi.ARN_F_CONSUME if consume else 0)
+                 | (abi.ARN_F_PASS if pass_consumed else 0))
         self.maps.update("arn_cfg", ct.c_uint32(0), abi.ArnCfg(flags=flags, hold_ms=int(hold_ms),
                                                                interval_ns=interval))
 
@@ -40,6 +43,7 @@ class NoticeTables:
         cfg = abi.ArnCfg()
         self.maps.lookup("arn_cfg", ct.c_uint32(0), cfg)
         return {"generate": bool(cfg.flags & abi.ARN_F_GENERATE), "consume": bool(cfg.flags & abi.ARN_F_CONSUME),
+                "pass_consumed": bool(cfg.flags & abi.ARN_F_PASS),
                 "hold_ms": cfg.hold_ms, "interval_ns": cfg.interval_ns}
 
     def set_notice_port(self, ifindex: int, *, fabric: bool, src: str | None = None, dst: str | None = None) -> None:
