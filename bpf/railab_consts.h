@@ -178,7 +178,7 @@
 #define ARN_PORT_F_FABRIC (1U << 0)    /* arn_ports.flags: a switch-switch link: notices are
                                         * sent out of it and accepted from it */
 /* arn_stats keys (PERCPU array of __u64) */
-#define ARN_S_SENT        0            /* notices sent (XDP_TX) */
+#define ARN_S_SENT        0            /* notices sent (XDP_TX, not a redirect) */
 #define ARN_S_SUPPRESSED  1            /* data packets into a dead group within the rate limit */
 #define ARN_S_TX_FAILED   2            /* the frame could not be resized into a notice */
 #define ARN_S_WITHDRAW_RX 3            /* WITHDRAW notices consumed */

@@ -776,7 +776,10 @@ static __always_inline int rl_notice_wanted(__u32 slot)
  * is resized to ARN_FRAME_LEN and rewritten whole: Ethernet to the packet's source MAC
  * from the port's, IPv4 (TTL 1, DF, CS6, header checksum) from the switch's address on
  * the port to the neighbour's (arn_ports; 0.0.0.0 / 255.255.255.255 when not configured),
- * UDP ARN_UDP_PORT both ways without a checksum (0: allowed for IPv4, as the agent's). */
+ * UDP ARN_UDP_PORT both ways without a checksum (0: allowed for IPv4, as the agent's).
+ * XDP_TX and not a redirect to the ingress port (as ARP replies): only fabric ports send
+ * notices, and both ends of a switch-switch link run this program, which XDP_TX on veth
+ * needs (the peer's NAPI is kicked only then). */
 int xdp_notice_tx(struct xdp_md *ctx)
 {
     struct route_key rkey = {};
