@@ -123,15 +123,22 @@ static __always_inline struct port_info *rl_port(__u32 ifindex)
     return ports.lookup(&ifindex);
 }
 
+/* The key of (switch_id, daddr) in an LPM map keyed like `routes` (routes, arn_excl):
+ * all 64 bits, so the lookup answers with the longest prefix covering daddr. */
+static __always_inline void rl_dst_key(struct route_key *key, __u32 switch_id, __u32 daddr)
+{
+    key->prefixlen = 64;
+    key->switch_id_be = rl_htonl(switch_id);
+    key->dst = daddr;
+}
+
 static __always_inline int rl_lookup_route(__u32 switch_id, __u32 daddr, __u32 *group_id,
                                            __u64 *avoid)
 {
     struct route_key key = {};
     struct route_val *rv;
 
-    key.prefixlen = 64;
-    key.switch_id_be = rl_htonl(switch_id);
-    key.dst = daddr;
+    rl_dst_key(&key, switch_id, daddr);
     rv = routes.lookup(&key);
     if (!rv)
         return -1;
@@ -210,9 +217,7 @@ static __always_inline __u32 rl_route(const struct switch_cfg *sw, __u32 switch_
             struct route_key ekey = {};
             struct arn_excl *e;
 
-            ekey.prefixlen = 64;
-            ekey.switch_id_be = rl_htonl(switch_id);
-            ekey.dst = daddr;
+            rl_dst_key(&ekey, switch_id, daddr);
             e = arn_excl.lookup(&ekey);
             if (e && e->group_id == *group_id) {
                 *avoid |= rl_excl_live(e, rl_now(nowp), &until);
@@ -814,9 +819,7 @@ int xdp_notice_tx(struct xdp_md *ctx)
     ap = arn_ports.lookup(&slot);
     if (!cfg || !ap)
         return rl_exit(ctx, XDP_DROP);
-    rkey.prefixlen = 64;
-    rkey.switch_id_be = rl_htonl(switch_id);
-    rkey.dst = daddr;
+    rl_dst_key(&rkey, switch_id, daddr);
     rv = routes.lookup(&rkey);
     if (!rv)
         return rl_exit(ctx, XDP_DROP);

@@ -48,6 +48,17 @@ def _stream(spec, dst, port, **kw):
     return RawStream(spec, SRC, ip, dport=port, **kw), Receiver(spec.node(host).netns, port)
 
 
+def _members_used(fab, stream, packets: int) -> dict:
+    """Packets per member of leaf1's group towards DST_A while every flow of stream sends
+    `packets` more (sequence numbers far above a paced run's)."""
+    before = member_packets(fab, "leaf1", DST_A[1])
+    for f in range(FLOWS):
+        for s in range(packets):
+            stream.send_one(f, 2 * 10**9 + s)
+    time.sleep(0.05)
+    return delta(member_packets(fab, "leaf1", DST_A[1]), before)
+
+
 def _reaction_ms(lab, t_ns, switch):
     ev = [e for e in faults.events(lab, t_ns) if e["event"] == "port_down" and e["switch"] == switch]
     return (ev[0]["t_map_ns"] - t_ns) / 1e6
@@ -77,12 +88,7 @@ def test_leaf_uplink_down_fast_failover(lab, fab, mode):
         sent = paced(stream.send_one, FLOWS, PPS, 0.7, [(0.3, cut)])
         rx.stop()
         # the link is still down: every flow's new packets leave by the live members
-        before = member_packets(fab, "leaf1", DST_A[1])
-        for f in range(FLOWS):
-            for s in range(5):
-                stream.send_one(f, 2 * 10**9 + s)
-        time.sleep(0.05)
-        after_cut = delta(member_packets(fab, "leaf1", DST_A[1]), before)
+        after_cut = _members_used(fab, stream, 5)
     finally:
         stream.close()
     res = Result(sent, rx.got)
@@ -181,12 +187,7 @@ def test_dataplane_notice_crosses_the_wire(lab, fab, tmp_path):
             sent = paced(sa.send_one, FLOWS, PPS, 1.0, [(0.25, cut)])
             ra.stop()
             # the failure lasts: leaf1's packets to leaf2 leave by its other uplinks
-            before = member_packets(fab, "leaf1", DST_A[1])
-            for f in range(FLOWS):
-                for s in range(3):
-                    sa.send_one(f, 2 * 10**9 + s)
-            time.sleep(0.05)
-            moved = delta(member_packets(fab, "leaf1", DST_A[1]), before)
+            moved = _members_used(fab, sa, 3)
         finally:
             sa.close()
     finally:
