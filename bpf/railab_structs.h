@@ -30,6 +30,9 @@ struct switch_cfg {
     __u32 route_gen;      /* bumped by the agent after every change of this switch's routes,
                            * avoid masks or local addresses: route_cache entries filled under
                            * another generation are stale */
+    __u32 arn_gen;        /* bumped by the data path after every change of the switch's notice
+                           * exclusions (arn_excl); the agent writes 0 with every route_gen it
+                           * writes, so a (route_gen, arn_gen) pair never comes back */
 };
 
 /* key of `routes` (LPM trie). prefixlen counts bits of (switch_id_be, dst):
@@ -63,7 +66,7 @@ struct route_cache {
     __u32 gen;            /* switch_cfg.route_gen read before the lookups that filled it */
     __u32 flags;          /* RC_F_* */
     __u32 group_id;       /* route_val.group_id (RC_F_ROUTE) */
-    __u32 arn_gen;        /* arn_switch.gen read with gen: a notice changed no exclusion since */
+    __u32 arn_gen;        /* switch_cfg.arn_gen read with gen: no notice changed an exclusion since */
     __u64 avoid_mask;     /* route_val.avoid_mask (RC_F_ROUTE), | live exclusions (RC_F_EXCL) */
     __u64 excl_until;     /* earliest expiry (bpf_ktime_get_ns) of those exclusions; 0 = none
                            * expires: the entry is stale from then on */
@@ -278,9 +281,8 @@ struct arn_port {
 
 /* value of `arn_switch` (ARRAY, key: switch id): written by the data path only */
 struct arn_switch {
-    __u32 gen;            /* bumped after every change of the switch's arn_excl entries:
-                           * route_cache entries filled under another one are stale */
     __u32 excl;           /* arn_excl entries of the switch (0: a cache fill skips the lookup) */
+    __u32 _pad;
     __u64 seq;            /* last notice sequence number sent by the switch */
 };
 

@@ -172,9 +172,9 @@ static __always_inline __u64 rl_excl_live(const struct arn_excl *e, __u64 now, _
  * those lookups and the agent bumps it AFTER changing those maps, so an entry filled from
  * old tables carries an old generation and is never used after the change.
  *
- * Notice exclusions (arn_excl, written by rl_notice_rx) join the cached avoid mask the same
- * way, under a generation of their own (arn_switch.gen: the data path bumps it, the agent
- * never writes it, so the two cannot hand out the same number twice): an entry is valid
+ * Notice exclusions (arn_excl, written by xdp_notice_rx) join the cached avoid mask the same
+ * way, under a generation of their own (switch_cfg.arn_gen: the data path bumps it; the
+ * agent writes 0 with every new route_gen, so a pair of the two never comes back): an entry is valid
  * for both generations it was filled under, and, if it holds exclusions that expire,
  * only until the earliest expiry (excl_until; only such entries read the clock on a hit).
  * A fill looks into arn_excl only while the switch has exclusions (arn_switch.excl), and
@@ -190,11 +190,9 @@ static __always_inline __u32 rl_route(const struct switch_cfg *sw, __u32 switch_
     __u32 slot, gen = 0, agen = 0, flags = RC_F_VALID;
     __u64 until = 0;
 
-    as = arn_switch.lookup(&switch_id);
-    if (as)
-        agen = *(volatile const __u32 *)&as->gen;
     if (sw) {
         gen = *(volatile const __u32 *)&sw->route_gen;
+        agen = *(volatile const __u32 *)&sw->arn_gen;
         slot = rc_slot(switch_id, daddr);
         rc = route_cache.lookup(&slot);
         if (rc && rc->gen == gen && rc->arn_gen == agen && rc->dst == daddr &&
@@ -213,6 +211,7 @@ static __always_inline __u32 rl_route(const struct switch_cfg *sw, __u32 switch_
     *avoid = 0;
     if (rl_lookup_route(switch_id, daddr, group_id, avoid) == 0) {
         flags |= RC_F_ROUTE;
+        as = arn_switch.lookup(&switch_id);
         if (as && as->excl) {
             struct route_key ekey = {};
             struct arn_excl *e;
@@ -911,7 +910,7 @@ int xdp_notice_tx(struct xdp_md *ctx)
  * A notice from the neighbour on port slot excludes, for destinations in its prefix, the
  * members of this switch's route covering the prefix whose egress port is slot: until now
  * + hold_ms (0: until a RESTORE), in arn_excl; a RESTORE lifts them. The switch's
- * arn_switch.gen is bumped AFTER the change (rl_route's cache protocol). Consumed notices
+ * switch_cfg.arn_gen is bumped AFTER the change (rl_route's cache protocol). Consumed notices
  * are dropped, counted in arn_stats (not as a drop reason: no data was lost); malformed
  * ones (length, magic, version, type, plen > 32) and notices on other ports too. */
 int xdp_notice_rx(struct xdp_md *ctx)
@@ -926,6 +925,7 @@ int xdp_notice_rx(struct xdp_md *ctx)
     struct arn_cfg *cfg;
     struct arn_port *ap;
     struct arn_switch *as;
+    struct switch_cfg *sw;
     struct arn_excl *e, ne = {};
     struct route_val *rv;
     struct group *grp;
@@ -996,8 +996,9 @@ int xdp_notice_rx(struct xdp_md *ctx)
         }
         rl_arn_stat(ARN_S_RESTORE_RX);
     }
-    if (as)
-        __sync_fetch_and_add(&as->gen, 1);
+    sw = switches.lookup(&switch_id);
+    if (sw)
+        __sync_fetch_and_add(&sw->arn_gen, 1);
     return rl_exit(ctx, (cfg->flags & ARN_F_PASS) ? XDP_PASS : XDP_DROP);
 }
 

@@ -240,6 +240,7 @@ class SwitchCfg(ct.Structure):
         ("hash_fields", ct.c_uint32),
         ("flags", ct.c_uint32),
         ("route_gen", ct.c_uint32),   # bumped after each route/avoid/address change
+        ("arn_gen", ct.c_uint32),     # the data path's (notice exclusions); written 0 here
     ]
 
 
@@ -528,8 +529,8 @@ class ArnPort(ct.Structure):
 class ArnSwitch(ct.Structure):
     """value of `arn_switch` (array, key: switch id); written by the data path"""
     _fields_ = [
-        ("gen", ct.c_uint32),
         ("excl", ct.c_uint32),
+        ("_pad", ct.c_uint32),
         ("seq", ct.c_uint64),
     ]
 

@@ -139,6 +139,7 @@ class SwitchDataplane(PortTables, GroupTables, RouteTables, PortModelTables,
         """switch_cfg, with a new route_gen: every write invalidates the switch's
         route_cache entries (callers write AFTER changing routes / local addresses)."""
         cfg.route_gen = (cfg.route_gen + 1) & 0xFFFFFFFF
+        cfg.arn_gen = 0    # the data path's count of notice changes starts again under it
         self.maps.update("switches", ct.c_uint32(switch_id), cfg)
         self._switches[switch_id] = cfg
 

@@ -112,8 +112,7 @@ class NoticeTables:
             st = abi.ArnSwitch()
             self.maps.lookup("arn_switch", ct.c_uint32(sw), st)
             st.excl = left.get(sw, 0)
-            st.gen = (st.gen + 1) & 0xFFFFFFFF
             self.maps.update("arn_switch", ct.c_uint32(sw), st)
-            self._routes_changed(sw)
+            self._routes_changed(sw)   # new route_gen: no cached route keeps an exclusion
         return gone
 
