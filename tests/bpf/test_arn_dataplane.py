@@ -318,3 +318,20 @@ def test_notice_on_a_port_that_is_no_fabric_link(arn, lab):
     plain = udp_to_n("10.90.7.7", sport=4792, dport=4792)
     assert run_frame(dp, lab, plain, N_IN).verdict == "redirect"
     assert dp.exclusions(SW_N) == []
+
+
+def test_exclusion_survives_the_agents_route_changes(arn, lab):
+    """The agent's writes reset the data path's generation (switch_cfg.arn_gen) with a new
+    route_gen: the cache is refilled with the exclusion still in force, and a later notice
+    still invalidates what was cached."""
+    dp = arn
+    before = choices(dp, lab)
+    run_frame(dp, lab, notice(), TO_S)
+    assert TO_S not in choices(dp, lab).values()
+    dp.add_route(SW_N, "10.92.0.0/16", GN)          # route_gen + 1, arn_gen back to 0
+    try:
+        assert TO_S not in choices(dp, lab).values()
+        run_frame(dp, lab, notice(monitor.T_RESTORE), TO_S)   # arn_gen 1 again: a new pair
+        assert choices(dp, lab) == before
+    finally:
+        dp.del_route(SW_N, "10.92.0.0/16")
