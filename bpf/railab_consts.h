@@ -40,6 +40,12 @@
                                  * agent passes 2 * max_ports + 1024); larger ifindexes
                                  * use the `ports` hash only */
 #endif
+#ifndef MAX_ARN_EXCL
+#define MAX_ARN_EXCL 4096       /* notice exclusions (arn_excl), all switches together */
+#endif
+#ifndef MAX_ARN_SENT
+#define MAX_ARN_SENT 16384      /* notice rate-limit entries (arn_sent, LRU), all switches together */
+#endif
 #ifndef ROUTE_CACHE_SLOTS
 #define ROUTE_CACHE_SLOTS 8192  /* per-CPU route cache entries (power of two) */
 #endif
@@ -147,6 +153,43 @@
 #define PFC_TC_OTHER      0x10020U
 #define PFC_TC_CNP        0x10030U    /* CNPs: a class of their own, first to send */
 #define PFC_CNP_DSCP      48          /* DSCP of CNPs (CS6, priority 6; dataplane.wire.pfc) */
+
+/* ---- ARN / FGLB notices in the data plane (switch.c: rl_notice_tx, rl_notice_rx) ----
+ * The notice is the 40-byte "RARN" header of dataplane/agent/monitor.py in UDP to port
+ * ARN_UDP_PORT; the data plane sends it as one 82-byte frame (ARN_FRAME_LEN). */
+#define ARN_UDP_PORT      4792
+#define ARN_MAGIC         0x5241524eU  /* "RARN" as a big-endian word */
+#define ARN_VERSION       1
+#define ARN_T_WITHDRAW    1            /* avoid me for the prefix */
+#define ARN_T_RESTORE     2            /* use me again */
+#define ARN_R_LINK_DOWN   1            /* reason: no live member left for the prefix */
+#define ARN_HDR_LEN       40
+#define ARN_FRAME_LEN     82           /* Ethernet 14 + IPv4 20 + UDP 8 + ARN_HDR_LEN */
+#define ARN_TOS           0xc0         /* IPv4 TOS of a notice: DSCP CS6 (network control) */
+#define ARN_NF_FLOWS      0x1          /* header flags: a flow list follows (agent path only:
+                                        * the data plane leaves such notices to the agent) */
+#define ARN_NF_XDP        0x2          /* header flags: made by a switch's XDP program */
+#define ARN_F_GENERATE    (1U << 0)    /* arn_cfg.flags: turn data packets into a dead group
+                                        * into notices back out of their ingress port */
+#define ARN_F_CONSUME     (1U << 1)    /* arn_cfg.flags: notices arriving on fabric ports set
+                                        * exclusions (arn_excl) and are dropped ... */
+#define ARN_F_PASS        (1U << 2)    /* ... or, with this, passed up the switch's stack after
+                                        * that, so that tcpdump on the port sees them */
+#define ARN_PORT_F_FABRIC (1U << 0)    /* arn_ports.flags: a switch-switch link: notices are
+                                        * sent out of it and accepted from it */
+/* arn_stats keys (PERCPU array of __u64) */
+#define ARN_S_SENT        0            /* notices sent (XDP_TX, not a redirect) */
+#define ARN_S_SUPPRESSED  1            /* data packets into a dead group within the rate limit */
+#define ARN_S_TX_FAILED   2            /* the frame could not be resized into a notice */
+#define ARN_S_WITHDRAW_RX 3            /* WITHDRAW notices consumed */
+#define ARN_S_RESTORE_RX  4            /* RESTORE notices consumed */
+#define ARN_S_MALFORMED   5            /* bad magic/version/type/plen/length: dropped */
+#define ARN_S_NOT_FABRIC  6            /* notices on a port that is no switch-switch link: dropped */
+#define ARN_S_IGNORED     7            /* well-formed, but no route or no member by that port */
+#define ARN_STAT_MAX      8
+#define ARN_PROG_TX       0            /* arn_progs slots: xdp_notice_tx */
+#define ARN_PROG_RX       1            /* ... xdp_notice_rx */
+#define ARN_PROGS         2
 
 /* struct handoff.magic: "rail", tells railab's metadata from anything else in front */
 #define HANDOFF_MAGIC     0x7261696cU

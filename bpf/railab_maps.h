@@ -96,4 +96,23 @@ BPF_ARRAY(pfc_cfg, struct pfc_cfg, 1);
  * accounting ring, headroom limit, PFC frames received and the pause times they set). */
 BPF_ARRAY(pfc_port, struct pfc_port, MAX_PORTS);
 
+/* Notices in the data plane (switch.c rl_notice_tx / rl_notice_rx; docs/manual/faults.md).
+ * arn_cfg: key 0 -> struct arn_cfg (generate / consume, hold, rate limit).
+ * arn_ports: key port slot -> struct arn_port (fabric link?, the notice's addresses).
+ * arn_switch: key switch id -> struct arn_switch (exclusion count, notice seq).
+ * arn_sent: LRU, struct arn_sent_key {switch, prefix, plen, ingress ifindex} -> __u64 ns of
+ *   the last notice sent for it (the rate limit).
+ * arn_excl: LPM trie, struct route_key {32 + plen, switch id big-endian, prefix} -> struct
+ *   arn_excl {group, members to avoid, expiry per member}.
+ * arn_stats: PERCPU, key ARN_S_* -> __u64. */
+BPF_ARRAY(arn_cfg, struct arn_cfg, 1);
+BPF_ARRAY(arn_ports, struct arn_port, MAX_PORTS);
+BPF_ARRAY(arn_switch, struct arn_switch, MAX_SWITCHES);
+BPF_TABLE("lru_hash", struct arn_sent_key, __u64, arn_sent, MAX_ARN_SENT);
+BPF_LPM_TRIE(arn_excl, struct route_key, struct arn_excl, MAX_ARN_EXCL);
+BPF_PERCPU_ARRAY(arn_stats, __u64, ARN_STAT_MAX);
+/* arn_progs: the notice programs xdp_switch tail-calls (ARN_PROG_*), installed by the agent
+ * (dataplane/xdp/switch.py) after the load: each has a stack and verifier budget of its own. */
+BPF_PROG_ARRAY(arn_progs, ARN_PROGS);
+
 #endif /* RAILAB_MAPS_H */

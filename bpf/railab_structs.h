@@ -30,6 +30,9 @@ struct switch_cfg {
     __u32 route_gen;      /* bumped by the agent after every change of this switch's routes,
                            * avoid masks or local addresses: route_cache entries filled under
                            * another generation are stale */
+    __u32 arn_gen;        /* bumped by the data path after every change of the switch's notice
+                           * exclusions (arn_excl); the agent writes 0 with every route_gen it
+                           * writes, so a (route_gen, arn_gen) pair never comes back */
 };
 
 /* key of `routes` (LPM trie). prefixlen counts bits of (switch_id_be, dst):
@@ -48,6 +51,9 @@ struct route_val {
     __u64 avoid_mask;     /* members (bit i = member i) to avoid for this prefix: remote
                            * failure / adaptive-routing exclusions installed by the agent.
                            * Advisory: if it would leave no live member it is ignored. */
+    __u32 prefix;         /* the route's own prefix (network order) and length: what a */
+    __u32 plen;           /* notice made by the data plane names (an LPM lookup returns
+                           * only the value) */
 };
 
 /* value of `route_cache` (PERCPU array, key: slot = rc_slot(switch_id, dst)): the result
@@ -60,8 +66,10 @@ struct route_cache {
     __u32 gen;            /* switch_cfg.route_gen read before the lookups that filled it */
     __u32 flags;          /* RC_F_* */
     __u32 group_id;       /* route_val.group_id (RC_F_ROUTE) */
-    __u32 _pad;
-    __u64 avoid_mask;     /* route_val.avoid_mask (RC_F_ROUTE) */
+    __u32 arn_gen;        /* switch_cfg.arn_gen read with gen: no notice changed an exclusion since */
+    __u64 avoid_mask;     /* route_val.avoid_mask (RC_F_ROUTE), | live exclusions (RC_F_EXCL) */
+    __u64 excl_until;     /* earliest expiry (bpf_ktime_get_ns) of those exclusions; 0 = none
+                           * expires: the entry is stale from then on */
 };
 
 /* value of `groups` (key: __u32 group_id, array index). Written by the agent; the
@@ -251,6 +259,70 @@ struct pfc_port {
     __u64 t_dep[PFC_RING];   /* state: departure time (ns) of each held frame, or PFC_HELD |
                               * egress slot: waiting for that port's pause to end */
     __u32 len[PFC_RING];     /* state: its length (bytes) */
+};
+
+/* value of `arn_cfg` (ARRAY, key 0): notices in the data plane, written by the agent */
+struct arn_cfg {
+    __u32 flags;          /* ARN_F_GENERATE, ARN_F_CONSUME */
+    __u32 hold_ms;        /* hold_ms written into generated notices (wall ms, >= 1) */
+    __u64 interval_ns;    /* rate limit: at most one notice per (switch, prefix, ingress port)
+                           * per interval (wall ns) */
+};
+
+/* value of `arn_ports` (ARRAY, key: port slot) */
+struct arn_port {
+    __u32 flags;          /* ARN_PORT_F_FABRIC */
+    __u32 src_ip;         /* notice source: the switch's address on this port (network
+                           * order; 0 = none, sent as 0.0.0.0) */
+    __u32 dst_ip;         /* notice destination: the neighbour's address on this link (0 =
+                           * unknown, sent to 255.255.255.255) */
+    __u32 _pad;
+};
+
+/* value of `arn_switch` (ARRAY, key: switch id): written by the data path only */
+struct arn_switch {
+    __u32 excl;           /* arn_excl entries of the switch (0: a cache fill skips the lookup) */
+    __u32 _pad;
+    __u64 seq;            /* last notice sequence number sent by the switch */
+};
+
+/* key of `arn_sent` (LRU hash) -> __u64 bpf_ktime_get_ns() of the last notice sent */
+struct arn_sent_key {
+    __u32 switch_id;      /* host order */
+    __u32 prefix;         /* network order: the route of the dead group */
+    __u32 plen;
+    __u32 ifindex;        /* the port the notice left by (the data packet's ingress) */
+};
+
+/* value of `arn_excl` (LPM trie, key struct route_key {32 + plen, switch id, prefix}: the
+ * notice's prefix on the receiving switch). Members of group_id to avoid for destinations
+ * in the prefix. Written by the data path (notices). */
+struct arn_excl {
+    __u32 group_id;       /* group of the route covering the prefix when the notice came */
+    __u32 prefix;         /* the key's prefix (network order) and length: the trie's */
+    __u32 plen;           /* lookup may answer with a shorter, covering entry */
+    __u32 _pad;
+    __u64 avoid;          /* bit i: member i is excluded ... */
+    __u64 until;          /* ... until this bpf_ktime_get_ns() (0 = until RESTORE); one expiry
+                           * for the entry, the latest asked for (switch.c rl_excl_set) */
+};
+
+/* The notice's UDP payload (dataplane/agent/monitor.py FMT), network byte order. */
+struct arn_hdr {
+    __be32 magic;         /* ARN_MAGIC */
+    __u8   version;       /* ARN_VERSION */
+    __u8   type;          /* ARN_T_* */
+    __u8   reason;        /* ARN_R_* (1 link down, 2 utilisation, 3 queue, 4 cleared) */
+    __u8   flags;         /* ARN_NF_* */
+    __be32 seq;           /* per reporting switch */
+    __be32 reporter;      /* switch id of the sender */
+    __be32 nexthop;       /* switch id of the affected next hop, 0 = n/a */
+    __u32  prefix;        /* IPv4 prefix (network order) */
+    __u8   plen;
+    __u8   _pad[3];
+    __be32 hold_ms;       /* receiver keeps the exclusion this long (0 = until RESTORE) */
+    __be32 metric;
+    __be32 port;          /* data plane: the sender's port the notice left by */
 };
 
 #endif /* RAILAB_STRUCTS_H */

@@ -53,4 +53,19 @@ static __always_inline int ip_set_ce(struct iphdr *iph)
     return 1;
 }
 
+/* Header checksum of a 20-byte IPv4 header (no options) whose check field is 0. */
+static __always_inline __u16 rl_ip_csum(const struct iphdr *iph)
+{
+    const __u16 *w = (const __u16 *)iph;
+    __u32 sum = 0;
+    int i;
+
+#pragma unroll
+    for (i = 0; i < 10; i++)
+        sum += w[i];
+    sum = (sum & 0xffff) + (sum >> 16);
+    sum = (sum & 0xffff) + (sum >> 16);
+    return (__u16)~sum;
+}
+
 #endif /* RAILAB_REWRITE_H */

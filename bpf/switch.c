@@ -12,11 +12,18 @@
  *            -> not IPv4 (IPv6, LLDP, VLAN, ...) -> drop not_ipv4 (documented choice:
  *               kernel IP forwarding is off in switch namespaces, nothing would use it)
  *   IPv4 -> L4 ports (TCP/UDP, not for fragments) -> RoCEv2 BTH (UDP 4791)
- *        -> route_cache (switch_id, dst) (miss: local_addrs + LPM, then fill the entry)
+ *        -> ARN notice (UDP 4792, consumption on, fabric port or magic) -> tail call
+ *           xdp_notice_rx: exclusion in arn_excl, notice dropped (before the local-address check)
+ *        -> route_cache (switch_id, dst, route_gen, arn_gen) (miss: local_addrs + LPM + the
+ *           exclusion covering dst, then fill the entry)
  *        -> dst owned by the switch -> XDP_PASS
  *        -> TTL <= 1 -> drop ttl_expired
  *        -> traffic-matrix entry (switch has any for dst) -> that member, skipping route and mode
- *        -> the route's group (no route -> drop no_route) -> member by the group's mode
+ *        -> the route's group (no route -> drop no_route)
+ *           -> no live member: drop members_down, and on a fabric port (generation on) tail call
+ *              xdp_notice_tx: the frame becomes a WITHDRAW notice back out of the ingress port
+ *              (XDP_TX), at most one per (switch, prefix, port) per hold
+ *        -> member by the group's mode
  *        -> emulated egress port (rl_transmit: virtual queue, tail drop queue_full, ECN CE)
  *        -> MAC rewrite, TTL-1 -> bpf_redirect(member ifindex)
  *           or, if that port has a real queue: XDP_PASS with the egress ifindex in the
@@ -71,7 +78,9 @@ static __always_inline int rl_exit(struct xdp_md *ctx, int action)
     return action;
 }
 
-static __always_inline int rl_drop(struct xdp_md *ctx, struct port_stats *ps, __u32 reason)
+/* Count a frame as dropped for reason (port and global counters), without the verdict:
+ * a frame turned into a notice is a dropped data packet and a sent notice. */
+static __always_inline void rl_count_drop(struct xdp_md *ctx, struct port_stats *ps, __u32 reason)
 {
     __u64 *d;
 
@@ -85,6 +94,11 @@ static __always_inline int rl_drop(struct xdp_md *ctx, struct port_stats *ps, __
 #ifdef RAILAB_DEBUG
     bpf_trace_printk("railab drop ifindex=%u reason=%u\n", ctx->ingress_ifindex, reason);
 #endif
+}
+
+static __always_inline int rl_drop(struct xdp_md *ctx, struct port_stats *ps, __u32 reason)
+{
+    rl_count_drop(ctx, ps, reason);
     return rl_exit(ctx, XDP_DROP);
 }
 
@@ -109,15 +123,22 @@ static __always_inline struct port_info *rl_port(__u32 ifindex)
     return ports.lookup(&ifindex);
 }
 
+/* The key of (switch_id, daddr) in an LPM map keyed like `routes` (routes, arn_excl):
+ * all 64 bits, so the lookup answers with the longest prefix covering daddr. */
+static __always_inline void rl_dst_key(struct route_key *key, __u32 switch_id, __u32 daddr)
+{
+    key->prefixlen = 64;
+    key->switch_id_be = rl_htonl(switch_id);
+    key->dst = daddr;
+}
+
 static __always_inline int rl_lookup_route(__u32 switch_id, __u32 daddr, __u32 *group_id,
                                            __u64 *avoid)
 {
     struct route_key key = {};
     struct route_val *rv;
 
-    key.prefixlen = 64;
-    key.switch_id_be = rl_htonl(switch_id);
-    key.dst = daddr;
+    rl_dst_key(&key, switch_id, daddr);
     rv = routes.lookup(&key);
     if (!rv)
         return -1;
@@ -132,26 +153,51 @@ static __always_inline __u32 rc_slot(__u32 switch_id, __u32 daddr)
     return rl_fmix(daddr ^ (switch_id * 0x9e3779b9U)) & (ROUTE_CACHE_SLOTS - 1);
 }
 
+/* Members of exclusion e still in force at now, and when they lapse (*until; 0: at a
+ * RESTORE): one expiry for the entry, the latest a WITHDRAW asked for (rl_excl_set). */
+static __always_inline __u64 rl_excl_live(const struct arn_excl *e, __u64 now, __u64 *until)
+{
+    __u64 u = e->until;
+
+    if (u && now >= u)
+        return 0;
+    *until = u;
+    return e->avoid;
+}
+
 /* Local-address check, route and traffic-matrix presence of (switch_id, daddr): RC_F_LOCAL /
  * RC_F_ROUTE / RC_F_TM in the result, *group_id / *avoid set if RC_F_ROUTE. From this
- * CPU's route_cache entry if it is for this (switch, dst) and generation; otherwise
- * local_addrs + LPM (+ tm_dsts), and the entry is refilled. gen is read BEFORE those
- * lookups and the agent bumps it AFTER changing those maps, so an entry filled from old
- * tables carries an old generation and is never used after the change. sw == NULL (not
- * expected: switch ids are checked): no caching. */
+ * CPU's route_cache entry if it is for this (switch, dst) and generations; otherwise
+ * local_addrs + LPM (+ tm_dsts, + arn_excl), and the entry is refilled. gen is read BEFORE
+ * those lookups and the agent bumps it AFTER changing those maps, so an entry filled from
+ * old tables carries an old generation and is never used after the change.
+ *
+ * Notice exclusions (arn_excl, written by xdp_notice_rx) join the cached avoid mask the same
+ * way, under a generation of their own (switch_cfg.arn_gen: the data path bumps it; the
+ * agent writes 0 with every new route_gen, so a pair of the two never comes back): an entry is valid
+ * for both generations it was filled under, and, if it holds exclusions that expire,
+ * only until the earliest expiry (excl_until; only such entries read the clock on a hit).
+ * A fill looks into arn_excl only while the switch has exclusions (arn_switch.excl), and
+ * only for a route: the most specific exclusion covering dst applies if it is for the
+ * route's group (a learned /32 inside an excluded prefix is covered too).
+ * sw == NULL (not expected: switch ids are checked): no caching. */
 static __always_inline __u32 rl_route(const struct switch_cfg *sw, __u32 switch_id, __u32 daddr,
-                                      __u32 *group_id, __u64 *avoid)
+                                      __u32 *group_id, __u64 *avoid, __u64 *nowp)
 {
     struct local_addr_key lkey = {};
     struct route_cache *rc = NULL;
-    __u32 slot, gen = 0, flags = RC_F_VALID;
+    struct arn_switch *as;
+    __u32 slot, gen = 0, agen = 0, flags = RC_F_VALID;
+    __u64 until = 0;
 
     if (sw) {
         gen = *(volatile const __u32 *)&sw->route_gen;
+        agen = *(volatile const __u32 *)&sw->arn_gen;
         slot = rc_slot(switch_id, daddr);
         rc = route_cache.lookup(&slot);
-        if (rc && rc->gen == gen && rc->dst == daddr && rc->switch_id == switch_id &&
-            (rc->flags & RC_F_VALID)) {
+        if (rc && rc->gen == gen && rc->arn_gen == agen && rc->dst == daddr &&
+            rc->switch_id == switch_id && (rc->flags & RC_F_VALID) &&
+            (!rc->excl_until || rl_now(nowp) < rc->excl_until)) {
             *group_id = rc->group_id;
             *avoid = rc->avoid_mask;
             return rc->flags;
@@ -163,8 +209,20 @@ static __always_inline __u32 rl_route(const struct switch_cfg *sw, __u32 switch_
         flags |= RC_F_LOCAL;
     *group_id = 0;
     *avoid = 0;
-    if (rl_lookup_route(switch_id, daddr, group_id, avoid) == 0)
+    if (rl_lookup_route(switch_id, daddr, group_id, avoid) == 0) {
         flags |= RC_F_ROUTE;
+        as = arn_switch.lookup(&switch_id);
+        if (as && as->excl) {
+            struct route_key ekey = {};
+            struct arn_excl *e;
+
+            rl_dst_key(&ekey, switch_id, daddr);
+            e = arn_excl.lookup(&ekey);
+            if (e && e->group_id == *group_id) {
+                *avoid |= rl_excl_live(e, rl_now(nowp), &until);
+            }
+        }
+    }
     if (sw && (sw->flags & SW_F_TM)) {
         struct tm_dst_key tkey = {};
 
@@ -177,9 +235,11 @@ static __always_inline __u32 rl_route(const struct switch_cfg *sw, __u32 switch_
         rc->switch_id = switch_id;
         rc->dst = daddr;
         rc->gen = gen;
+        rc->arn_gen = agen;
         rc->flags = flags;
         rc->group_id = *group_id;
         rc->avoid_mask = *avoid;
+        rc->excl_until = until;
     }
     return flags;
 }
@@ -638,6 +698,310 @@ static __always_inline void rl_flow_seen(const struct flow *f, __u32 slot, __u64
     flow_seen.update(&key, &nf);
 }
 
+static __always_inline void rl_arn_stat(__u32 key)
+{
+    __u64 *c = arn_stats.lookup(&key);
+
+    if (c)
+        *c += 1;
+}
+
+/* Members (bit i) of grp whose egress port is slot: the members a notice arriving on that
+ * port excludes. Branch-free over every member (see rl_excl_live). */
+static __always_inline __u64 rl_members_by_slot(const struct group *grp, __u32 slot)
+{
+    __u64 mask = 0, eq;
+    __u32 i;
+
+#pragma clang loop unroll(disable)   /* a bounded loop: unrolled, it spills past the stack */
+    for (i = 0; i < WCMP_SLOTS; i++) {
+        eq = (__u64)(grp->eslots[i] ^ slot);
+        eq = ((eq | -eq) >> 63) - 1;                        /* all ones iff equal */
+        RL_OPAQUE(eq);
+        mask |= eq & (1ULL << i);
+    }
+    return mask & rl_member_mask(grp->n_members);
+}
+
+/* Exclude the members in bits until `until` (0: until a RESTORE). One expiry serves the
+ * whole entry: a WITHDRAW moves it to the later of the two (0 wins), so members excluded by
+ * an earlier notice from another port may stay excluded up to one hold longer than their
+ * own notice asked (advisory state: they are still used if nothing else is live). */
+static __always_inline void rl_excl_set(struct arn_excl *e, __u64 bits, __u64 until)
+{
+    if (!e->avoid)
+        e->until = until;
+    else if (e->until && (!until || until > e->until))
+        e->until = until;
+    e->avoid |= bits;
+}
+
+/* Is this UDP datagram to ARN_UDP_PORT, arriving on port slot, one for xdp_notice_rx?
+ * Consumption on, and either a fabric port (where anything to the port is a notice, or a
+ * malformed one) or the notice magic (a notice on another port is counted and dropped);
+ * not a notice with a flow list (the agent's flow-granular ARN: passed on as before). */
+static __always_inline int rl_notice_ours(__u32 slot, struct udphdr *udph, void *data_end)
+{
+    struct arn_cfg *cfg;
+    struct arn_port *ap;
+    __u8 *h = (void *)(udph + 1);
+    __u32 zero = 0;
+    int magic;
+
+    cfg = arn_cfg.lookup(&zero);
+    if (!cfg || !(cfg->flags & ARN_F_CONSUME))
+        return 0;
+    magic = (void *)(h + 8) <= data_end && h[0] == 'R' && h[1] == 'A' && h[2] == 'R' && h[3] == 'N';
+    if (magic && (h[7] & ARN_NF_FLOWS))
+        return 0;
+    ap = arn_ports.lookup(&slot);
+    return magic || (ap && (ap->flags & ARN_PORT_F_FABRIC));
+}
+
+/* May a data packet that met a dead group on port slot become a notice (xdp_notice_tx)? */
+static __always_inline int rl_notice_wanted(__u32 slot)
+{
+    struct arn_cfg *cfg;
+    struct arn_port *ap;
+    __u32 zero = 0;
+
+    cfg = arn_cfg.lookup(&zero);
+    ap = arn_ports.lookup(&slot);
+    return cfg && (cfg->flags & ARN_F_GENERATE) && ap && (ap->flags & ARN_PORT_F_FABRIC);
+}
+
+/* Tail call (arn_progs[ARN_PROG_TX]) of xdp_switch for a data packet that met a group with
+ * no live member: xdp_switch has counted it as dropped (DROP_MEMBERS_DOWN) and checked
+ * ARN_F_GENERATE and that its ingress port is a fabric link. It is turned into a
+ * WITHDRAW notice for the route's prefix sent back out of its ingress port (XDP_TX) to the
+ * upstream switch that sent it. Rate limit: one notice per (switch, route, ingress port)
+ * per arn_cfg.interval_ns (arn_sent, claimed by compare-and-swap, so two CPUs never both
+ * send); a packet within the interval is dropped as before (ARN_S_SUPPRESSED). The frame
+ * is resized to ARN_FRAME_LEN and rewritten whole: Ethernet to the packet's source MAC
+ * from the port's, IPv4 (TTL 1, DF, CS6, header checksum) from the switch's address on
+ * the port to the neighbour's (arn_ports; 0.0.0.0 / 255.255.255.255 when not configured),
+ * UDP ARN_UDP_PORT both ways without a checksum (0: allowed for IPv4, as the agent's).
+ * XDP_TX and not a redirect to the ingress port (as ARP replies): only fabric ports send
+ * notices, and both ends of a switch-switch link run this program, which XDP_TX on veth
+ * needs (the peer's NAPI is kicked only then). */
+int xdp_notice_tx(struct xdp_md *ctx)
+{
+    struct route_key rkey = {};
+    struct arn_sent_key skey = {};
+    struct arn_cfg *cfg;
+    struct arn_port *ap;
+    struct arn_switch *as;
+    struct route_val *rv;
+    struct ethhdr *eth;
+    struct iphdr *iph;
+    struct udphdr *udph;
+    struct arn_hdr *h;
+    void *data, *data_end;
+    __u64 now, prev, *last;
+    struct port_info *port;
+    struct port_stats *ps;
+    __u32 zero = 0, seq = 0, switch_id, slot, daddr, ifindex = ctx->ingress_ifindex;
+    __u64 now_ns = 0, *nowp = &now_ns;
+    __u8 dmac[6];
+
+    data = (void *)(long)ctx->data;
+    data_end = (void *)(long)ctx->data_end;
+    iph = data + sizeof(struct ethhdr);
+    port = rl_port(ifindex);
+    if (!port || (void *)(iph + 1) > data_end)
+        return rl_exit(ctx, XDP_DROP);
+    daddr = iph->daddr;
+    switch_id = port->switch_id;
+    slot = port->slot;
+    ps = port_stats.lookup(&slot);
+    cfg = arn_cfg.lookup(&zero);
+    ap = arn_ports.lookup(&slot);
+    if (!cfg || !ap)
+        return rl_exit(ctx, XDP_DROP);
+    rl_dst_key(&rkey, switch_id, daddr);
+    rv = routes.lookup(&rkey);
+    if (!rv)
+        return rl_exit(ctx, XDP_DROP);
+    skey.switch_id = switch_id;
+    skey.prefix = rv->prefix;
+    skey.plen = rv->plen;
+    skey.ifindex = ifindex;
+    now = rl_now(nowp);
+    last = arn_sent.lookup(&skey);
+    if (last) {
+        prev = *(volatile __u64 *)last;
+        if ((__s64)(now - prev) < (__s64)cfg->interval_ns ||
+            __sync_val_compare_and_swap(last, prev, now) != prev) {
+            rl_arn_stat(ARN_S_SUPPRESSED);
+            return rl_exit(ctx, XDP_DROP);
+        }
+    } else if (arn_sent.insert(&skey, &now)) {   /* another CPU inserted it first */
+        rl_arn_stat(ARN_S_SUPPRESSED);
+        return rl_exit(ctx, XDP_DROP);
+    }
+
+    eth = data;
+    __builtin_memcpy(dmac, eth->h_source, 6);
+    if (bpf_xdp_adjust_tail(ctx, (int)ARN_FRAME_LEN - (int)(data_end - data))) {
+        rl_arn_stat(ARN_S_TX_FAILED);
+        return rl_exit(ctx, XDP_DROP);
+    }
+    data = (void *)(long)ctx->data;
+    data_end = (void *)(long)ctx->data_end;
+    eth = data;
+    iph = (void *)(eth + 1);
+    udph = (void *)(iph + 1);
+    h = (void *)(udph + 1);
+    if ((void *)(h + 1) > data_end) {
+        rl_arn_stat(ARN_S_TX_FAILED);
+        return rl_exit(ctx, XDP_DROP);
+    }
+    as = arn_switch.lookup(&switch_id);
+    if (as)
+        seq = (__u32)(__sync_fetch_and_add(&as->seq, 1) + 1);
+
+    __builtin_memcpy(eth->h_dest, dmac, 6);
+    __builtin_memcpy(eth->h_source, port->mac, 6);
+    eth->h_proto = rl_htons(RL_ETH_P_IP);
+    iph->version = 4;
+    iph->ihl = 5;
+    iph->tos = ARN_TOS;
+    iph->tot_len = rl_htons(ARN_FRAME_LEN - sizeof(*eth));
+    iph->id = 0;
+    iph->frag_off = rl_htons(0x4000);   /* DF */
+    iph->ttl = 1;                        /* one link: the neighbour consumes it */
+    iph->protocol = RL_IPPROTO_UDP;
+    iph->check = 0;
+    iph->saddr = ap->src_ip;
+    iph->daddr = ap->dst_ip ? ap->dst_ip : 0xffffffffU;
+    iph->check = rl_ip_csum(iph);
+    udph->source = rl_htons(ARN_UDP_PORT);
+    udph->dest = rl_htons(ARN_UDP_PORT);
+    udph->len = rl_htons(sizeof(*udph) + ARN_HDR_LEN);
+    udph->check = 0;
+    h->magic = rl_htonl(ARN_MAGIC);
+    h->version = ARN_VERSION;
+    h->type = ARN_T_WITHDRAW;
+    h->reason = ARN_R_LINK_DOWN;
+    h->flags = ARN_NF_XDP;
+    h->seq = rl_htonl(seq);
+    h->reporter = rl_htonl(switch_id);
+    h->nexthop = 0;
+    h->prefix = rv->prefix;
+    h->plen = rv->plen;
+    h->_pad[0] = 0;
+    h->_pad[1] = 0;
+    h->_pad[2] = 0;
+    h->hold_ms = rl_htonl(cfg->hold_ms);
+    h->metric = 0;
+    h->port = rl_htonl(ifindex);
+    rl_arn_stat(ARN_S_SENT);
+    if (ps) {
+        ps->tx_packets++;
+        ps->tx_bytes += ARN_FRAME_LEN;
+    }
+    return rl_exit(ctx, XDP_TX);
+}
+
+/* Tail call (arn_progs[ARN_PROG_RX]) of xdp_switch for a UDP datagram to ARN_UDP_PORT that
+ * rl_notice_ours() claimed: consumption on, and a fabric port or the notice magic, and no
+ * flow list (those go on to the agent). Claimed before the route cache, so a notice
+ * addressed to the switch itself is consumed too, never passed up.
+ * A notice from the neighbour on port slot excludes, for destinations in its prefix, the
+ * members of this switch's route covering the prefix whose egress port is slot: until now
+ * + hold_ms (0: until a RESTORE), in arn_excl; a RESTORE lifts them. The switch's
+ * switch_cfg.arn_gen is bumped AFTER the change (rl_route's cache protocol). Consumed notices
+ * are dropped, counted in arn_stats (not as a drop reason: no data was lost); malformed
+ * ones (length, magic, version, type, plen > 32) and notices on other ports too. */
+int xdp_notice_rx(struct xdp_md *ctx)
+{
+    void *data = (void *)(long)ctx->data;
+    void *data_end = (void *)(long)ctx->data_end;
+    struct iphdr *iph = data + sizeof(struct ethhdr);
+    struct udphdr *udph;
+    struct arn_hdr *h;
+    struct port_info *port;
+    struct route_key key = {};
+    struct arn_cfg *cfg;
+    struct arn_port *ap;
+    struct arn_switch *as;
+    struct switch_cfg *sw;
+    struct arn_excl *e, ne = {};
+    struct route_val *rv;
+    struct group *grp;
+    __u32 zero = 0, switch_id, slot, plen, prefix, ulen, hold;
+    __u64 bits, until = 0, now_ns = 0, *nowp = &now_ns;
+    int fabric, same;
+
+    cfg = arn_cfg.lookup(&zero);
+    port = rl_port(ctx->ingress_ifindex);
+    if (!cfg || !port || (void *)(iph + 1) > data_end)
+        return rl_exit(ctx, XDP_DROP);
+    udph = (void *)iph + (iph->ihl & 0xf) * 4;
+    h = (void *)(udph + 1);
+    switch_id = port->switch_id;
+    slot = port->slot;
+    ap = arn_ports.lookup(&slot);
+    fabric = ap && (ap->flags & ARN_PORT_F_FABRIC);
+    if ((void *)(h + 1) > data_end || h->magic != rl_htonl(ARN_MAGIC)) {
+        rl_arn_stat(fabric ? ARN_S_MALFORMED : ARN_S_NOT_FABRIC);
+        return rl_exit(ctx, XDP_DROP);
+    }
+    if (!fabric) {
+        rl_arn_stat(ARN_S_NOT_FABRIC);
+        return rl_exit(ctx, XDP_DROP);
+    }
+    ulen = rl_ntohs(udph->len);
+    if (ulen < sizeof(*udph) + ARN_HDR_LEN || ulen > rl_ntohs(iph->tot_len) - iph->ihl * 4 ||
+        h->version != ARN_VERSION || (h->type != ARN_T_WITHDRAW && h->type != ARN_T_RESTORE) ||
+        h->plen > 32) {
+        rl_arn_stat(ARN_S_MALFORMED);
+        return rl_exit(ctx, XDP_DROP);
+    }
+
+    plen = h->plen;
+    prefix = h->prefix & rl_htonl(plen ? ~0U << ((32 - plen) & 31) : 0);
+    key.prefixlen = 32 + plen;
+    key.switch_id_be = rl_htonl(switch_id);
+    key.dst = prefix;
+    rv = routes.lookup(&key);
+    grp = rv ? groups.lookup(&rv->group_id) : NULL;
+    bits = grp ? rl_members_by_slot(grp, slot) : 0;
+    if (!rv || !bits) {
+        rl_arn_stat(ARN_S_IGNORED);
+        return rl_exit(ctx, XDP_DROP);
+    }
+    as = arn_switch.lookup(&switch_id);
+    e = arn_excl.lookup(&key);
+    same = e && e->prefix == prefix && e->plen == plen;
+    if (h->type == ARN_T_WITHDRAW) {
+        hold = rl_ntohl(h->hold_ms);
+        until = hold ? rl_now(nowp) + (__u64)hold * 1000000ULL : 0;
+        if (same && e->group_id == rv->group_id) {
+            rl_excl_set(e, bits, until);
+        } else {
+            ne.group_id = rv->group_id;
+            ne.prefix = prefix;
+            ne.plen = plen;
+            rl_excl_set(&ne, bits, until);
+            if (arn_excl.update(&key, &ne) == 0 && !same && as)
+                __sync_fetch_and_add(&as->excl, 1);
+        }
+        rl_arn_stat(ARN_S_WITHDRAW_RX);
+    } else {
+        if (same && e->group_id == rv->group_id) {
+            e->avoid &= ~bits;   /* the others keep their expiry */
+            if (!e->avoid && arn_excl.delete(&key) == 0 && as)
+                __sync_fetch_and_add(&as->excl, -1);
+        }
+        rl_arn_stat(ARN_S_RESTORE_RX);
+    }
+    sw = switches.lookup(&switch_id);
+    if (sw)
+        __sync_fetch_and_add(&sw->arn_gen, 1);
+    return rl_exit(ctx, (cfg->flags & ARN_F_PASS) ? XDP_PASS : XDP_DROP);
+}
+
 /* Trivial program for the far end of a switch link (host NICs): gives that veth
  * an XDP program so frames the switch sends it with XDP_TX are delivered (ARP replies
  * on PORT_F_ARP_XDP_TX ports; everything else reaches it by redirect). */
@@ -735,6 +1099,11 @@ int xdp_switch(struct xdp_md *ctx)
                 if (parse_bth(&nh, data_end, &bth) < 0)
                     return rl_drop(ctx, ps, DROP_PARSE_ERROR);
                 flow_set_bth(&f, bth);
+            } else if (dport == ARN_UDP_PORT) {   /* a notice (rl_notice_rx) */
+                if (rl_notice_ours(slot, udph, data_end)) {
+                    arn_progs.call(ctx, ARN_PROG_RX);
+                    return rl_exit(ctx, XDP_DROP);   /* no program installed */
+                }
             }
         } else if (proto == RL_IPPROTO_TCP) {
             if (parse_tcphdr(&nh, data_end, &tcph) < 0)
@@ -754,7 +1123,7 @@ int xdp_switch(struct xdp_md *ctx)
         sw_fields = HASH_FIELDS_5TUPLE;
     sw_hash = flow_hash(&f, sw_fields, seed, ifindex);
 
-    rflags = rl_route(sw, switch_id, f.daddr, &gid, &avoid);
+    rflags = rl_route(sw, switch_id, f.daddr, &gid, &avoid, &now);
     if (rflags & RC_F_LOCAL)
         return rl_exit(ctx, XDP_PASS);
 
@@ -798,8 +1167,12 @@ route:
      * ARN) is honoured unless it would leave nothing live */
     all = rl_member_mask(grp->n_members);
     dead = grp->down_mask;
-    if (!(all & ~dead))
-        return rl_drop(ctx, ps, DROP_MEMBERS_DOWN);
+    if (!(all & ~dead)) {   /* nowhere to go: dropped, and maybe a notice upstream */
+        rl_count_drop(ctx, ps, DROP_MEMBERS_DOWN);
+        if (rl_notice_wanted(slot))
+            arn_progs.call(ctx, ARN_PROG_TX);
+        return rl_exit(ctx, XDP_DROP);
+    }
     if (all & ~(dead | avoid))
         dead |= avoid;
     live = all & ~dead;

@@ -107,7 +107,7 @@ class Failover:
             self.m.events.append({"event": "port_up" if up else "port_down", "switch": node.name,
                                 "port": iface.name, "ifindex": iface.ifindex, "t_rx_ns": t_rx or t_map,
                                 "t_map_ns": t_map, "groups": groups})
-            if self.m.cfg["notify"]:
+            if self.m.cfg["notify"] and self.m.cfg["arn_path"] == "agent":   # else the data plane's
                 # every group of the switch, not only the port's: after a reset the
                 # switch re-announces prefixes it still cannot reach
                 self.notify_reachability(node, None, t_map)

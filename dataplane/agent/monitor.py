@@ -46,6 +46,7 @@ import socket
 import threading
 import time
 
+from dataplane.agent import arnpath
 from dataplane.agent.congestion import Congestion
 from dataplane.agent.failover import RTMGRP_LINK, Failover
 from dataplane.agent.flows import EXACT_SAMPLE_SHIFT, FLOW_SAMPLE_SHIFT
@@ -68,7 +69,9 @@ DEFAULTS = {"notify": True,          # FGLB: tell neighbours about lost paths (l
             "interval_ms": 0.5,      # at most one congestion notice per port per interval
             "poll_ms": 2.0,          # congestion poll period
             "granularity": "prefix",  # congestion notice: avoid me for the prefix, or move these flows
-            "learn": True}           # ARP-to-host-route on host-facing leaf ports
+            "learn": True,           # ARP-to-host-route on host-facing leaf ports
+            "arn_path": "agent",     # link-down notices made/consumed by: agent | dataplane (arnpath)
+            "arn_capture": False}    # dataplane: consumed notices also go up the stack (tcpdump)
 SETTING_RANGES = {"arn_util": (0.0, 1.0), "arn_queue_bytes": (0, 1 << 30), "hold_ms": (0.0, 3.6e6),
                   "interval_ms": (0.0, 3.6e6), "poll_ms": (0.1, 10_000.0)}
 
@@ -151,6 +154,7 @@ class FabricMonitor:
         for k, (low, high) in SETTING_RANGES.items():
             if not (math.isfinite(new[k]) and low <= new[k] <= high):
                 raise ValueError(f"ARN setting {k} = {new[k]!r}: must be between {low:g} and {high:g}")
+        arnpath.configure(self, new)
         flow_mode = new["arn"] and new["granularity"] == "flow"
         if flow_mode != (self.cfg["arn"] and self.cfg["granularity"] == "flow"):
             # exact counting while flow-granular ARN runs: the caught flows are the real heaviest

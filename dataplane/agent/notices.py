@@ -40,6 +40,8 @@ import socket
 import struct
 import time
 
+from dataplane.agent import arnpath
+
 log = logging.getLogger("railab.arn")
 
 ARN_PORT = 4792
@@ -170,6 +172,9 @@ class Notices:
             except BlockingIOError:
                 return
             t_rx = time.monotonic_ns()
+            if arnpath.consumed_below(self.m.cfg, data):   # the data plane acted on it already
+                self.m.counters[node.name]["dataplane_seen"] += 1
+                continue
             try:
                 msg = Notice.unpack(data)
             except ValueError:

@@ -154,6 +154,8 @@ class ArnConfig(Request):
     poll_ms: float | None = None
     learn: bool | None = None
     granularity: str | None = None
+    arn_path: str | None = None
+    arn_capture: bool | None = None
 
 
 @dataclass

@@ -7,6 +7,7 @@
     railab fault LAB clear                      railab fault LAB status
     railab fault LAB arn [--on|--off] [--notify/--no-notify] [--util U] [--queue-bytes B]
                          [--hold-ms MS] [--interval-ms MS] [--granularity prefix|flow]
+                         [--arn-path agent|dataplane] [--arn-capture|--no-arn-capture]
 """
 from __future__ import annotations
 
@@ -55,6 +56,13 @@ def register(sub) -> None:
     s.add_argument("--poll-ms", type=float)
     s.add_argument("--granularity", help="congestion reaction: prefix (avoid the spine for the "
                    "whole prefix; default) or flow (move only the flows the spine caught)")
+    s.add_argument("--arn-path", help="who makes and consumes link-down notices: agent (default) "
+                   "or dataplane (the switches' XDP programs)")
+    capture = s.add_mutually_exclusive_group()
+    capture.add_argument("--arn-capture", dest="arn_capture", action="store_true", default=None,
+                         help="dataplane path: consumed notices also go up the receiving switch's "
+                              "stack, so that tcpdump on its port sees them")
+    capture.add_argument("--no-arn-capture", dest="arn_capture", action="store_false")
     p.set_defaults(func=run)
 
 
@@ -82,7 +90,7 @@ def _run(args) -> int:
         cfg = st["config"]
         print(f"notify={'on' if cfg['notify'] else 'off'} arn={'on' if cfg['arn'] else 'off'} "
               f"util>={cfg['arn_util']} queue>={cfg['arn_queue_bytes']}B hold={cfg['hold_ms']}ms real-fabric time "
-              f"granularity={cfg['granularity']}")
+              f"granularity={cfg['granularity']} arn_path={cfg.get('arn_path', 'agent')}")
         for sw, c in sorted(st["counters"].items()):
             print(f"  {sw}: " + " ".join(f"{k}={v}" for k, v in sorted(c.items())))
         for e in st["exclusions"]:
@@ -96,7 +104,8 @@ def _run(args) -> int:
         cfg = faults.notifications(lab, notify=args.notify, arn=args.arn, arn_util=args.arn_util,
                                    arn_queue_bytes=args.arn_queue_bytes, hold_ms=args.hold_ms,
                                    interval_ms=args.interval_ms, poll_ms=args.poll_ms,
-                                   granularity=args.granularity)
+                                   granularity=args.granularity, arn_path=args.arn_path,
+                                   arn_capture=args.arn_capture)
         print(json.dumps(cfg))
         return 0
     event = {"fault": cmd}

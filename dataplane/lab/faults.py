@@ -358,15 +358,20 @@ def apply(lab: str, event: dict) -> dict:
 def notifications(lab: str, *, notify: bool | None = None, arn: bool | None = None,
                   arn_util: float | None = None, arn_queue_bytes: int | None = None,
                   hold_ms: float | None = None, interval_ms: float | None = None,
-                  poll_ms: float | None = None, granularity: str | None = None) -> dict:
+                  poll_ms: float | None = None, granularity: str | None = None,
+                  arn_path: str | None = None, arn_capture: bool | None = None) -> dict:
     """Configure the agent's reaction: notify = FGLB link-down notices (default on); arn =
     adaptive routing notifications on congestion (default off) with its limits
     (utilisation 0..1, queue bytes), receiver hold time, per-port rate limit (both real-fabric
     ms at the nominal speed: the lab waits them / scale), poll period (wall-clock ms), and
     granularity: "prefix" (a leaf avoids the congested spine for the whole prefix) or "flow"
-    (the notice names the flows caught on the port; the leaves move only those)."""
+    (the notice names the flows caught on the port; the leaves move only those); arn_path:
+    who makes and consumes the link-down notices, "agent" or "dataplane" (the switches' XDP
+    programs: dataplane/agent/arnpath.py); arn_capture: with dataplane, consumed notices also go
+    up the receiving switch's stack, where tcpdump sees them."""
     fields = dict(notify=notify, arn=arn, arn_util=arn_util, arn_queue_bytes=arn_queue_bytes,
-                  hold_ms=hold_ms, interval_ms=interval_ms, poll_ms=poll_ms, granularity=granularity)
+                  hold_ms=hold_ms, interval_ms=interval_ms, poll_ms=poll_ms, granularity=granularity,
+                  arn_path=arn_path, arn_capture=arn_capture)
     return _req(lab, "arn_config", **{k: v for k, v in fields.items() if v is not None})
 
 

@@ -31,6 +31,8 @@ PORT_INDEX_SLOTS = 9216      # port_index: ifindexes 0..PORT_INDEX_SLOTS-1 (agen
 ROUTE_CACHE_SLOTS = 8192     # per-CPU route cache entries (power of two)
 MAX_LEARNED = 16384
 MAX_FLOWS_SEEN = 16384       # flow_seen (bpf/flows.h): (egress port, 5-tuple) entries, LRU
+MAX_ARN_EXCL = 4096          # arn_excl: notice exclusions, all switches together
+MAX_ARN_SENT = 16384         # arn_sent: notice rate-limit entries (LRU)
 
 # ---- protocol numbers ----
 RL_ETH_P_IP = 0x0800
@@ -109,6 +111,46 @@ PFC_TC_OTHER = 0x10020
 PFC_TC_CNP = 0x10030
 PFC_CNP_DSCP = 48
 ECN_P_ONE = 65536
+
+# ---- ARN / FGLB notices in the data plane (bpf/railab_consts.h; dataplane/agent/monitor.py
+# documents the 40-byte header) ----
+ARN_UDP_PORT = 4792
+ARN_MAGIC = 0x5241524E       # b"RARN" as a big-endian word
+ARN_VERSION = 1
+ARN_T_WITHDRAW = 1
+ARN_T_RESTORE = 2
+ARN_R_LINK_DOWN = 1
+ARN_HDR_LEN = 40
+ARN_FRAME_LEN = 82           # Ethernet + IPv4 + UDP + header
+ARN_TOS = 0xC0               # DSCP CS6
+ARN_NF_FLOWS = 0x1           # header flags: flow list follows (left to the agent)
+ARN_NF_XDP = 0x2             # header flags: made by the data plane
+ARN_F_GENERATE = 1 << 0      # arn_cfg.flags
+ARN_F_CONSUME = 1 << 1
+ARN_F_PASS = 1 << 2          # consumed notices go up the stack (captures see them)
+ARN_PORT_F_FABRIC = 1 << 0   # arn_ports.flags: a switch-switch link
+ARN_S_SENT = 0
+ARN_S_SUPPRESSED = 1
+ARN_S_TX_FAILED = 2
+ARN_S_WITHDRAW_RX = 3
+ARN_S_RESTORE_RX = 4
+ARN_S_MALFORMED = 5
+ARN_S_NOT_FABRIC = 6
+ARN_S_IGNORED = 7
+ARN_STAT_MAX = 8
+ARN_PROG_TX = 0              # arn_progs slots: the notice programs xdp_switch tail-calls
+ARN_PROG_RX = 1
+ARN_PROGS = 2
+ARN_STATS: dict[int, str] = {
+    ARN_S_SENT: "sent",
+    ARN_S_SUPPRESSED: "suppressed",
+    ARN_S_TX_FAILED: "tx_failed",
+    ARN_S_WITHDRAW_RX: "withdraw_received",
+    ARN_S_RESTORE_RX: "restore_received",
+    ARN_S_MALFORMED: "malformed",
+    ARN_S_NOT_FABRIC: "not_fabric",
+    ARN_S_IGNORED: "ignored",
+}
 
 
 def lb_mode(mode: str | int) -> int:
@@ -198,6 +240,7 @@ class SwitchCfg(ct.Structure):
         ("hash_fields", ct.c_uint32),
         ("flags", ct.c_uint32),
         ("route_gen", ct.c_uint32),   # bumped after each route/avoid/address change
+        ("arn_gen", ct.c_uint32),     # the data path's (notice exclusions); written 0 here
     ]
 
 
@@ -211,10 +254,13 @@ class RouteKey(ct.Structure):
 
 
 class RouteVal(ct.Structure):
+    """value of `routes`: prefix (network order) and plen repeat the key's, for notices"""
     _fields_ = [
         ("group_id", ct.c_uint32),
         ("flags", ct.c_uint32),
         ("avoid_mask", ct.c_uint64),
+        ("prefix", ct.c_uint32),
+        ("plen", ct.c_uint32),
     ]
 
 
@@ -226,8 +272,9 @@ class RouteCache(ct.Structure):
         ("gen", ct.c_uint32),
         ("flags", ct.c_uint32),
         ("group_id", ct.c_uint32),
-        ("_pad", ct.c_uint32),
+        ("arn_gen", ct.c_uint32),
         ("avoid_mask", ct.c_uint64),
+        ("excl_until", ct.c_uint64),
     ]
 
 
@@ -460,6 +507,56 @@ class PfcPort(ct.Structure):
     ]
 
 
+class ArnCfg(ct.Structure):
+    """value of `arn_cfg` (array, key 0)"""
+    _fields_ = [
+        ("flags", ct.c_uint32),
+        ("hold_ms", ct.c_uint32),
+        ("interval_ns", ct.c_uint64),
+    ]
+
+
+class ArnPort(ct.Structure):
+    """value of `arn_ports` (array, key: port slot); addresses network order"""
+    _fields_ = [
+        ("flags", ct.c_uint32),
+        ("src_ip", ct.c_uint32),
+        ("dst_ip", ct.c_uint32),
+        ("_pad", ct.c_uint32),
+    ]
+
+
+class ArnSwitch(ct.Structure):
+    """value of `arn_switch` (array, key: switch id); written by the data path"""
+    _fields_ = [
+        ("excl", ct.c_uint32),
+        ("_pad", ct.c_uint32),
+        ("seq", ct.c_uint64),
+    ]
+
+
+class ArnSentKey(ct.Structure):
+    """key of `arn_sent` (LRU; value c_uint64 ns of the last notice)"""
+    _fields_ = [
+        ("switch_id", ct.c_uint32),
+        ("prefix", ct.c_uint32),
+        ("plen", ct.c_uint32),
+        ("ifindex", ct.c_uint32),
+    ]
+
+
+class ArnExcl(ct.Structure):
+    """value of `arn_excl` (LPM trie, key RouteKey of the notice's prefix)"""
+    _fields_ = [
+        ("group_id", ct.c_uint32),
+        ("prefix", ct.c_uint32),
+        ("plen", ct.c_uint32),
+        ("_pad", ct.c_uint32),
+        ("avoid", ct.c_uint64),
+        ("until", ct.c_uint64),
+    ]
+
+
 # map name -> (key type, value type); sizes of array maps come from the cflags
 MAPS: dict[str, tuple[type, type]] = {
     "ports": (ct.c_uint32, PortInfo),
@@ -486,6 +583,13 @@ MAPS: dict[str, tuple[type, type]] = {
     "flow_sample": (ct.c_uint32, ct.c_uint64),
     "pfc_cfg": (ct.c_uint32, PfcCfg),
     "pfc_port": (ct.c_uint32, PfcPort),
+    "arn_cfg": (ct.c_uint32, ArnCfg),
+    "arn_ports": (ct.c_uint32, ArnPort),
+    "arn_switch": (ct.c_uint32, ArnSwitch),
+    "arn_sent": (ArnSentKey, ct.c_uint64),
+    "arn_excl": (RouteKey, ArnExcl),
+    "arn_stats": (ct.c_uint32, ct.c_uint64),
+    "arn_progs": (ct.c_uint32, ct.c_uint32),
 }
 
 # C #define name -> value mirrored above (checked against railab_consts.h)

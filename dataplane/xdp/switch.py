@@ -3,7 +3,7 @@
 SwitchDataplane compiles bpf/switch.c once with bcc (sizes as -D cflags), loads
 the XDP entry function `xdp_switch`, pins it, and programs its tables. The tables are
 dataplane.xdp.tables, one module per family (ports, groups, routes, port model and PFC,
-traffic matrix, flows, counters); this class is their union over one loaded object and
+traffic matrix, flows, counters, notices); this class is their union over one loaded object and
 keeps what every family shares: the maps, the port and switch entries' writers, the
 range checks and a switch reset (which touches every family). The plumbing under it
 (map I/O, pinning, XDP attach/detach in any namespace) is dataplane.xdp.bpfio.
@@ -28,6 +28,7 @@ from dataplane.xdp.bpfio import BpfMaps, DataplaneError
 from dataplane.xdp.tables.counters import CounterTables
 from dataplane.xdp.tables.flows import FlowTables
 from dataplane.xdp.tables.groups import GroupState, GroupTables, hash_field_names, wcmp_slots
+from dataplane.xdp.tables.notices import NoticeTables
 from dataplane.xdp.tables.portmodel import PortModelTables
 from dataplane.xdp.tables.ports import PortTables
 from dataplane.xdp.tables.routes import RouteTables
@@ -41,11 +42,12 @@ BPF_DIR = Path(__file__).resolve().parents[2] / "bpf"
 SWITCH_C = BPF_DIR / "switch.c"
 PROG_NAME = "xdp_switch"
 HANDOFF_PROG_NAME = "tc_handoff"
+NOTICE_PROGS = {abi.ARN_PROG_TX: "xdp_notice_tx", abi.ARN_PROG_RX: "xdp_notice_rx"}   # arn_progs
 PINNED_PROGS = (PROG_NAME, "xdp_pass", HANDOFF_PROG_NAME)   # pin()/unpin() order
 
 
 class SwitchDataplane(PortTables, GroupTables, RouteTables, PortModelTables,
-                      TrafficMatrixTables, FlowTables, CounterTables, Closing):
+                      TrafficMatrixTables, FlowTables, CounterTables, NoticeTables, Closing):
     """One loaded XDP program and its maps, shared by all switches of one lab."""
 
     def __init__(self, *, max_ports: int = abi.MAX_PORTS, max_switches: int = abi.MAX_SWITCHES,
@@ -99,6 +101,8 @@ class SwitchDataplane(PortTables, GroupTables, RouteTables, PortModelTables,
             "xdp_pass": bpfcache.PROG_XDP,     # XDP_PASS only, for the host end of switch links
             # tc ingress of real-queue ports (dataplane.kernel.realqueue)
             HANDOFF_PROG_NAME: bpfcache.PROG_SCHED_CLS,
+            # notices (tail calls of xdp_switch through arn_progs)
+            **{name: bpfcache.PROG_XDP for name in NOTICE_PROGS.values()},
         })
         self.compile_seconds = self._object.seconds
         self.bpf_cache = self._object.cache    # warm | cold | off
@@ -106,6 +110,8 @@ class SwitchDataplane(PortTables, GroupTables, RouteTables, PortModelTables,
         self.pass_prog_fd: int = self._object.progs["xdp_pass"]
         self.handoff_prog_fd: int = self._object.progs[HANDOFF_PROG_NAME]
         self.maps = BpfMaps({name: self._object.maps[name] for name in abi.MAPS})
+        for slot, name in NOTICE_PROGS.items():
+            self.maps.update("arn_progs", ct.c_uint32(slot), ct.c_uint32(self._object.progs[name]))
         # shadow state (the maps are the truth for the data path; this is for the API),
         # by the table family that writes it (dataplane.xdp.tables)
         self._ports: dict[int, abi.PortInfo] = {}          # ports
@@ -134,6 +140,7 @@ class SwitchDataplane(PortTables, GroupTables, RouteTables, PortModelTables,
         """switch_cfg, with a new route_gen: every write invalidates the switch's
         route_cache entries (callers write AFTER changing routes / local addresses)."""
         cfg.route_gen = (cfg.route_gen + 1) & 0xFFFFFFFF
+        cfg.arn_gen = 0    # the data path's count of notice changes starts again under it
         self.maps.update("switches", ct.c_uint32(switch_id), cfg)
         self._switches[switch_id] = cfg
 
@@ -193,8 +200,9 @@ class SwitchDataplane(PortTables, GroupTables, RouteTables, PortModelTables,
                     e.packets = e.bytes = 0
                     self.maps.update("tm", key, e)
         learned = self.forget_learned(switch_id)
+        excl = self.clear_exclusions(switch_id)
         return {"flowlets": flows, "groups": len(gids), "ports": len(ports),
-                "avoid_cleared": avoided, "learned_forgotten": learned}
+                "avoid_cleared": avoided, "learned_forgotten": learned, "exclusions_cleared": excl}
 
     def _set_switch_flag(self, switch_id: int, flag: int, on: bool) -> None:
         cfg = self._switches.get(switch_id) or abi.SwitchCfg()

@@ -4,6 +4,7 @@ its links to a leaf), ARN on a degraded spine downlink, and switch down/up witho
 state. Paced, sequence-numbered UDP streams; loss windows from the sender's send times."""
 from __future__ import annotations
 
+import ipaddress
 import subprocess
 import time
 
@@ -47,6 +48,17 @@ def _stream(spec, dst, port, **kw):
     return RawStream(spec, SRC, ip, dport=port, **kw), Receiver(spec.node(host).netns, port)
 
 
+def _members_used(fab, stream, packets: int) -> dict:
+    """Packets per member of leaf1's group towards DST_A while every flow of stream sends
+    `packets` more (sequence numbers far above a paced run's)."""
+    before = member_packets(fab, "leaf1", DST_A[1])
+    for f in range(FLOWS):
+        for s in range(packets):
+            stream.send_one(f, 2 * 10**9 + s)
+    time.sleep(0.05)
+    return delta(member_packets(fab, "leaf1", DST_A[1]), before)
+
+
 def _reaction_ms(lab, t_ns, switch):
     ev = [e for e in faults.events(lab, t_ns) if e["event"] == "port_down" and e["switch"] == switch]
     return (ev[0]["t_map_ns"] - t_ns) / 1e6
@@ -76,12 +88,7 @@ def test_leaf_uplink_down_fast_failover(lab, fab, mode):
         sent = paced(stream.send_one, FLOWS, PPS, 0.7, [(0.3, cut)])
         rx.stop()
         # the link is still down: every flow's new packets leave by the live members
-        before = member_packets(fab, "leaf1", DST_A[1])
-        for f in range(FLOWS):
-            for s in range(5):
-                stream.send_one(f, 2 * 10**9 + s)
-        time.sleep(0.05)
-        after_cut = delta(member_packets(fab, "leaf1", DST_A[1]), before)
+        after_cut = _members_used(fab, stream, 5)
     finally:
         stream.close()
     res = Result(sent, rx.got)
@@ -146,6 +153,59 @@ def test_spine_loses_leaf_notification(lab, fab):
     assert len(on_b.lost) == 0 and len(off_b.lost) == 0, "other destinations must not lose"
     st = faults.status(lab.name)["counters"]
     assert st["spine1"]["notify_sent"] >= 3 and st["leaf1"]["notify_received"] >= 1
+
+
+@TIMING
+def test_dataplane_notice_crosses_the_wire(lab, fab, tmp_path):
+    """--arn-path dataplane (issue 27): spine1 loses both its links to leaf2. The first
+    packets leaf1 sends to leaf2 through spine1 come back as notices made by spine1's XDP
+    program; tcpdump on leaf1's port to spine1 (--arn-capture: the consumed notice goes up
+    leaf1's stack) sees one, and leaf1's traffic to leaf2 no longer leaves by that port.
+    No agent notice is involved (spine1 sends none: notify_sent stays 0)."""
+    from scapy.layers.inet import UDP
+    from scapy.utils import rdpcap
+
+    from dataplane.agent.monitor import T_WITHDRAW, Notice
+
+    leaf1 = lab.node("leaf1")
+    up = next(i for i in leaf1.interfaces if i.peer_node == "spine1")
+    pcap = tmp_path / "notices.pcap"
+    faults.notifications(lab.name, notify=True, arn_path="dataplane", arn_capture=True)
+    cap = subprocess.Popen(["ip", "netns", "exec", leaf1.netns, "tcpdump", "-ni", up.name, "-U",
+                            "-w", str(pcap), "udp", "port", "4792"],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        time.sleep(1.0)                      # tcpdump listening
+        sa, ra = _stream(lab, DST_A, 9006)
+        mark = {}
+
+        def cut():
+            faults.link_down(lab.name, "spine1:down3", "leaf2:up1")
+            mark["t"] = faults.link_down(lab.name, "spine1:down4", "leaf2:up2")["t_ns"]
+
+        try:
+            sent = paced(sa.send_one, FLOWS, PPS, 1.0, [(0.25, cut)])
+            ra.stop()
+            # the failure lasts: leaf1's packets to leaf2 leave by its other uplinks
+            moved = _members_used(fab, sa, 3)
+        finally:
+            sa.close()
+    finally:
+        cap.terminate()
+        cap.wait(timeout=5)
+        faults.notifications(lab.name, arn_path="agent", arn_capture=False)
+    notices = [p for p in rdpcap(str(pcap)) if UDP in p and bytes(p[UDP].payload)[:4] == b"RARN"]
+    assert notices, "no notice frame on leaf1's port to spine1"
+    msg = Notice.unpack(bytes(notices[0][UDP].payload))
+    assert msg.type == T_WITHDRAW and msg.reporter == lab.node("spine1").switch_id
+    assert ipaddress.IPv4Address(DST_A[1]) in ipaddress.IPv4Network(msg.prefix)
+    assert moved[up.name] == 0 and sum(moved.values()) >= FLOWS * 3, moved
+    res = Result(sent, ra.got)
+    print(f"dataplane notices: {len(notices)} captured, loss window {res.loss_window_ms():.2f} ms, "
+          f"lost {len(res.lost)}")
+    assert res.lost_between(mark["t"] + 50_000_000, mark["t"] + 10**10) == 0
+    st = faults.status(lab.name)["counters"]
+    assert st.get("spine1", {}).get("notify_sent", 0) == 0, "the agent sent a link-down notice"
 
 
 @TIMING

@@ -39,6 +39,14 @@ class FakeDataplane:
                                               speed_bps=speed_bps)
         self.up.setdefault(ifindex, True)
 
+    def set_notices(self, *, generate, consume, hold_ms, interval_ns=None, pass_consumed=False):
+        self.notices = {"generate": generate, "consume": consume, "hold_ms": hold_ms,
+                        "pass_consumed": pass_consumed}
+
+    def set_notice_port(self, ifindex, *, fabric, src=None, dst=None):
+        self.notice_ports = getattr(self, "notice_ports", {})
+        self.notice_ports[ifindex] = {"fabric": fabric, "src": src, "dst": dst}
+
     def set_flow_visibility(self, on, sample_shift=0):
         self.flow_visibility = (on, sample_shift)
 
@@ -124,6 +132,10 @@ class FakeDataplane:
 
     def port_is_up(self, ifindex):
         return self.up.get(ifindex, True)
+
+    def set_port_state(self, ifindex, up):
+        self.up[ifindex] = up
+        return [gid for gid, g in self.groups.items() if any(ifx == ifindex for ifx, _ in g.members)]
 
     def group_down_mask(self, gid):
         return sum(1 << k for k, (i, _) in enumerate(self.groups[gid].members) if not self.up.get(i, True))

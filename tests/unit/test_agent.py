@@ -354,3 +354,46 @@ def test_counters_verb_shows_the_lab_wide_verdicts_and_drops(monkeypatch, capsys
             if (cells := [c.strip() for c in line.strip()[1:-1].split("│")]) and len(cells) == 3}
     assert rows["drop: unknown_port"][0] == "7"
     assert rows["drop"] == ["7", "420"]
+
+
+def test_arn_path_dataplane_programs_the_switches_and_silences_the_agent():
+    """arn_path dataplane: the data plane makes and consumes notices (hold at the lab's
+    scale, switch-switch ports with their link addresses), the monitor sends no link-down
+    notice itself; back to agent: all off again. An unknown path changes nothing."""
+    mon = _monitor()
+    p = mon.p
+    before = dict(mon.cfg)
+    with pytest.raises(ValueError, match="arn_path 'kernel'"):
+        mon.configure(arn_path="kernel")
+    assert mon.cfg == before and not hasattr(p.dp, "notices")
+    mon.configure(arn_path="dataplane")
+    assert p.dp.notices["generate"] and p.dp.notices["consume"] and p.dp.notices["hold_ms"] >= 1
+    for node in p.spec.switches:
+        for iface in node.interfaces:
+            port = p.dp.notice_ports[iface.ifindex]
+            to_switch = p.spec.node(iface.peer_node).role != "host"
+            assert port["fabric"] == to_switch, iface.name
+            if to_switch:
+                far = p.spec.node(iface.peer_node).interface(iface.peer_if)
+                assert port["src"] == iface.address and port["dst"] == far.address
+    spine1 = p.spec.node("spine1")
+    gid = p.routing.group_ids("spine1")[0]
+    for ifindex, _ in p.dp.groups[gid].members:
+        mon.port_event(spine1, p.spec.port(ifindex)[1], False)
+    assert not mon.udp["spine1"].sent and not mon.withdrawn
+    mon.configure(arn_path="agent")
+    assert not p.dp.notices["generate"] and not p.dp.notices["consume"]
+    assert not any(v["fabric"] for v in p.dp.notice_ports.values())
+
+
+def test_notices_the_data_plane_consumed_are_left_alone_by_the_agent():
+    from dataplane.agent import arnpath
+    mon = _monitor()
+    wire = Notice(T_WITHDRAW, 1, 1, 7, 0, "10.0.1.0/24", hold_ms=5).pack()
+    flows = Notice(T_WITHDRAW, R_UTIL, 1, 7, 0, "10.0.1.0/24", hold_ms=5,
+                   flows=[("10.0.0.2", "10.0.1.2", 1, 2, 17)]).pack()
+    assert not arnpath.consumed_below(mon.cfg, wire)           # agent path: the agent's
+    mon.configure(arn_path="dataplane", arn_capture=True)
+    assert mon.p.dp.notices["pass_consumed"]
+    assert arnpath.consumed_below(mon.cfg, wire)
+    assert not arnpath.consumed_below(mon.cfg, flows)          # flow lists stay the agent's

@@ -68,7 +68,7 @@ class RouteTables:
             avoid = self._covering_avoid(switch_id, net, group_id)
             if avoid:
                 self._route_avoid[(switch_id, net)] = avoid
-        self.maps.update("routes", key, abi.RouteVal(group_id=group_id, avoid_mask=avoid))
+        self.maps.update("routes", key, self._route_val(net, group_id, avoid))
         self._routes[(switch_id, net)] = group_id
         self._routes_changed(switch_id)
 
@@ -91,7 +91,7 @@ class RouteTables:
         if gid is None:
             raise DataplaneError(f"switch {switch_id} has no route {net}")
         mask &= (1 << abi.DOWN_MASK_BITS) - 1
-        self.maps.update("routes", self._route_key(switch_id, net), abi.RouteVal(group_id=gid, avoid_mask=mask))
+        self.maps.update("routes", self._route_key(switch_id, net), self._route_val(net, gid, mask))
         if mask:
             self._route_avoid[(switch_id, net)] = mask
         else:
@@ -119,6 +119,12 @@ class RouteTables:
 
     def routes(self, switch_id: int) -> dict[str, int]:
         return {str(net): gid for (sw, net), gid in self._routes.items() if sw == switch_id}
+
+    @staticmethod
+    def _route_val(net: ipaddress.IPv4Network, group_id: int, avoid: int) -> abi.RouteVal:
+        """The route's value; it repeats its prefix, which notices the data plane makes name."""
+        return abi.RouteVal(group_id=group_id, avoid_mask=avoid, prefix=abi.ip_be(net.network_address),
+                            plen=net.prefixlen)
 
     @staticmethod
     def _route_key(switch_id: int, net: ipaddress.IPv4Network) -> abi.RouteKey:

@@ -1,0 +1,118 @@
+"""Notices in the data plane (ARN / FGLB link down, issue 27): `arn_cfg` (generate, consume,
+the hold a notice carries, the rate limit), `arn_ports` (which ports are switch-switch links
+and the notice's addresses on them), the counters (`arn_stats`) and the exclusions the
+notices set (`arn_excl`). The programs are bpf/switch.c xdp_notice_tx / xdp_notice_rx.
+
+Times here are wall-clock (the lab's clock): the agent converts its real-fabric settings
+with dataplane.timescale before it calls set_notices.
+
+Owns no shadow state: the data path writes arn_excl, arn_switch and arn_sent itself."""
+from __future__ import annotations
+
+import ctypes as ct
+import time
+
+from dataplane.xdp import abi
+from dataplane.xdp.bpfio import DataplaneError
+
+
+class NoticeTables:
+    """Notice generation and consumption in the data plane.
+
+    A part of SwitchDataplane (dataplane.xdp.switch): it uses the class's maps,
+    shadow state and range checks."""
+
+    def set_notices(self, *, generate: bool, consume: bool, hold_ms: int, interval_ns: int | None = None,
+                    pass_consumed: bool = False) -> None:
+        """generate: a packet into a group with no live member becomes a WITHDRAW notice
+        back out of its (fabric) ingress port, carrying hold_ms (wall ms, >= 1); at most one
+        per (switch, route, port) per interval_ns (default: the hold). consume: notices
+        arriving on fabric ports set exclusions and are dropped -- or, with pass_consumed,
+        passed up the switch's stack (so that a capture on the port sees them)."""
+        if not 1 <= hold_ms <= 0xFFFFFFFF:
+            raise ValueError(f"notice hold_ms {hold_ms!r}: must be 1 .. 2**32-1 (0 would mean until RESTORE)")
+        interval = hold_ms * 1_000_000 if interval_ns is None else int(interval_ns)
+        if not 0 <= interval < 1 << 63:
+            raise ValueError(f"notice interval_ns {interval_ns!r} out of range")
+        flags = ((abi.ARN_F_GENERATE if generate else 0) | (abi.ARN_F_CONSUME if consume else 0)
+                 | (abi.ARN_F_PASS if pass_consumed else 0))
+        self.maps.update("arn_cfg", ct.c_uint32(0), abi.ArnCfg(flags=flags, hold_ms=int(hold_ms),
+                                                               interval_ns=interval))
+
+    def notices_config(self) -> dict:
+        cfg = abi.ArnCfg()
+        self.maps.lookup("arn_cfg", ct.c_uint32(0), cfg)
+        return {"generate": bool(cfg.flags & abi.ARN_F_GENERATE), "consume": bool(cfg.flags & abi.ARN_F_CONSUME),
+                "pass_consumed": bool(cfg.flags & abi.ARN_F_PASS),
+                "hold_ms": cfg.hold_ms, "interval_ns": cfg.interval_ns}
+
+    def set_notice_port(self, ifindex: int, *, fabric: bool, src: str | None = None, dst: str | None = None) -> None:
+        """Port ifindex is a switch-switch link (fabric: notices go out of it and are
+        accepted from it) or not; src / dst: the notice's IPv4 source (the switch's address
+        on the port; None: 0.0.0.0) and destination (the neighbour's; None: 255.255.255.255)."""
+        slot = self.port_info(ifindex).slot
+        self.maps.update("arn_ports", ct.c_uint32(slot), abi.ArnPort(
+            flags=abi.ARN_PORT_F_FABRIC if fabric else 0,
+            src_ip=abi.ip_be(src.split("/")[0]) if src else 0,
+            dst_ip=abi.ip_be(dst.split("/")[0]) if dst else 0))
+
+    def notice_port(self, ifindex: int) -> dict:
+        p = abi.ArnPort()
+        self.maps.lookup("arn_ports", ct.c_uint32(self.port_info(ifindex).slot), p)
+        return {"fabric": bool(p.flags & abi.ARN_PORT_F_FABRIC),
+                "src": abi.ip_str(p.src_ip) if p.src_ip else None,
+                "dst": abi.ip_str(p.dst_ip) if p.dst_ip else None}
+
+    def notice_counters(self) -> dict[str, int]:
+        """{name: count} of abi.ARN_STATS, all switches together (summed over CPUs)."""
+        return {name: sum(self.maps.percpu("arn_stats", key, ct.c_uint64))
+                for key, name in abi.ARN_STATS.items()}
+
+    def exclusions(self, switch_id: int | None = None) -> list[dict]:
+        """The exclusions notices set: switch id, prefix, group, avoided member indexes and
+        their ifindexes, expiry (CLOCK_MONOTONIC ns, 0 = until RESTORE) and whether it is
+        still in force now (expired entries stay until a RESTORE or clear_exclusions)."""
+        now = time.monotonic_ns()
+        out = []
+        for key, val in self.maps.items("arn_excl"):
+            sw = abi.u32_be(key.switch_id_be)
+            if switch_id is not None and sw != switch_id:
+                continue
+            g = self._groups.get(val.group_id)
+            members = [ifx for ifx, _ in g.members] if g else []
+            idx = [i for i in range(abi.DOWN_MASK_BITS) if val.avoid >> i & 1]
+            out.append({"switch_id": sw, "prefix": f"{abi.ip_str(key.dst)}/{key.prefixlen - 32}",
+                        "group": val.group_id, "members": idx,
+                        "ifindexes": [members[i] for i in idx if i < len(members)],
+                        "until_ns": val.until, "active": bool(val.avoid) and (not val.until or val.until > now)})
+        return sorted(out, key=lambda e: (e["switch_id"], e["prefix"]))
+
+    def clear_exclusions(self, switch_id: int | None = None) -> int:
+        """Forget the exclusions of one switch (or all) and the notices they sent lately
+        (their rate limit): as after a reboot. Returns how many exclusions went. Races with a
+        notice arriving at that moment (the data path keeps the count of entries); the
+        cached routes of the switch are invalidated (route_gen)."""
+        gone = 0
+        switches = set()
+        for key, _ in self.maps.items("arn_excl"):
+            sw = abi.u32_be(key.switch_id_be)
+            if switch_id is None or sw == switch_id:
+                gone += self.maps.delete("arn_excl", key)
+                switches.add(sw)
+        for key, _ in self.maps.items("arn_sent"):
+            if switch_id is None or key.switch_id == switch_id:
+                self.maps.delete("arn_sent", key)
+        left: dict[int, int] = {}
+        for key, _ in self.maps.items("arn_excl"):
+            sw = abi.u32_be(key.switch_id_be)
+            left[sw] = left.get(sw, 0) + 1
+        for sw in switches | ({switch_id} if switch_id is not None else set()):
+            if not 0 <= sw < self.max_switches:
+                raise DataplaneError(f"switch id {sw} out of range")
+            st = abi.ArnSwitch()
+            self.maps.lookup("arn_switch", ct.c_uint32(sw), st)
+            st.excl = left.get(sw, 0)
+            self.maps.update("arn_switch", ct.c_uint32(sw), st)
+            self._routes_changed(sw)   # new route_gen: no cached route keeps an exclusion
+        return gone
+
