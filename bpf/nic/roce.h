@@ -154,7 +154,7 @@ static __always_inline int nic_parse(void *data, void *data_end, struct nic_rx *
     /* the UDP length must hold what was parsed and fit the IP packet: else the frame was
      * cut or forged, and its payload and ICRC are not where the length says */
     ib_len = nic_ntohs(udp->len);
-    if (ib_len < sizeof(*udp) + sizeof(*bth) + reth + sizeof(*hdr) + ICRC_LEN ||
+    if (ib_len < sizeof(*udp) + sizeof(*bth) + reth + sizeof(*hdr) + ((bth->flags >> 4) & 3) + ICRC_LEN ||
         ib_len + sizeof(*ip) > nic_ntohs(ip->tot_len))
         return NIC_C_NOT_ROCE;
 

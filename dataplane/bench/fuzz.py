@@ -80,10 +80,10 @@ def _nic_campaign(frames: int, seed: int) -> dict:
     examples: list[dict] = []
     started = time.perf_counter()
     with NicResponder(max_qps=1024) as nic:
-        hostile = filter(_deliverable, hostile.random_frames(seed, favour="railab-data"))
+        frames_in = filter(_deliverable, hostile.random_frames(seed, favour="railab-data"))
         for consume in (False, True):
             nic.configure(mode="respond", consume=consume, cnp_interval_us=1.0)
-            for frame in itertools.islice(hostile, frames // 2 + (frames % 2 if consume else 0)):
+            for frame in itertools.islice(frames_in, frames // 2 + (frames % 2 if consume else 0)):
                 result = progtest.prog_test_run(nic.prog_fd, frame)
                 verdicts[result.verdict] += 1
                 for problem in hostile.judge_nic(frame, result.verdict, result.data, consume=consume):

@@ -16,7 +16,7 @@ from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
 from scapy.packet import Raw
 
-from dataplane.agent import monitor
+from dataplane.agent import notices
 from dataplane.xdp import abi
 
 from .. import frames
@@ -91,13 +91,13 @@ def delta(before: dict, after: dict) -> dict:
     return {k: after[k] - before[k] for k in after if after[k] != before[k]}
 
 
-def notice(typ=monitor.T_WITHDRAW, prefix="10.90.0.0/16", hold_ms=HOLD_MS, *, port=TO_S,
+def notice(typ=notices.T_WITHDRAW, prefix="10.90.0.0/16", hold_ms=HOLD_MS, *, port=TO_S,
            dst=N_ADDR, flows=None, payload=None):
     """A notice as S would send it into N's port `port` (the agent's own packer)."""
-    body = payload if payload is not None else monitor.Notice(
-        typ, monitor.R_LINK_DOWN, 1, SW_S, 0, prefix, hold_ms, 0, S_IN, flows or []).pack()
+    body = payload if payload is not None else notices.Notice(
+        typ, notices.R_LINK_DOWN, 1, SW_S, 0, prefix, hold_ms, 0, S_IN, flows or []).pack()
     return (Ether(src=PORT_MAC[S_IN], dst=PORT_MAC[port]) / IP(src=S_ADDR, dst=dst, ttl=1)
-            / UDP(sport=monitor.ARN_PORT, dport=monitor.ARN_PORT) / Raw(body))
+            / UDP(sport=notices.ARN_PORT, dport=notices.ARN_PORT) / Raw(body))
 
 
 SPORTS = range(3000, 3120)
@@ -125,9 +125,9 @@ def test_packet_into_dead_group_becomes_a_notice(arn, lab):
     assert IP(bytes(ip)).chksum == chk, "IPv4 header checksum"
     u = out[UDP]
     assert (u.sport, u.dport, u.len, u.chksum) == (4792, 4792, 48, 0)   # 0: no UDP checksum (IPv4)
-    msg = monitor.Notice.unpack(bytes(u.payload))
+    msg = notices.Notice.unpack(bytes(u.payload))
     assert (msg.type, msg.reason, msg.reporter, msg.prefix, msg.hold_ms, msg.port, msg.nexthop) == \
-        (monitor.T_WITHDRAW, monitor.R_LINK_DOWN, SW_S, "10.90.0.0/16", HOLD_MS, S_IN, 0)
+        (notices.T_WITHDRAW, notices.R_LINK_DOWN, SW_S, "10.90.0.0/16", HOLD_MS, S_IN, 0)
     assert bytes(u.payload)[7] == abi.ARN_NF_XDP
     after = dp.port_counters(S_IN)
     assert after["drops"]["members_down"] == drops0["drops"]["members_down"] + 1
@@ -140,7 +140,7 @@ def test_rate_limit_per_prefix_and_port(arn, lab):
     dp = arn
     first = run_frame(dp, lab, udp_to_s("10.90.0.9"), S_IN)
     assert first.verdict == "tx"
-    seq = monitor.Notice.unpack(bytes(Ether(first.data)[UDP].payload)).seq
+    seq = notices.Notice.unpack(bytes(Ether(first.data)[UDP].payload)).seq
     before, down0 = count(dp), dp.port_counters(S_IN)["drops"]["members_down"]
     for sp in range(5):   # within the interval: dropped as before, no notice
         assert run_frame(dp, lab, udp_to_s("10.90.1.1", sport=sp), S_IN).verdict == "drop"
@@ -152,7 +152,7 @@ def test_rate_limit_per_prefix_and_port(arn, lab):
     time.sleep(INTERVAL_MS / 1000 + 0.02)
     again = run_frame(dp, lab, udp_to_s("10.90.1.1"), S_IN)
     assert again.verdict == "tx"
-    assert monitor.Notice.unpack(bytes(Ether(again.data)[UDP].payload)).seq > seq
+    assert notices.Notice.unpack(bytes(Ether(again.data)[UDP].payload)).seq > seq
 
 
 def test_no_notice_to_a_host_port_or_when_off(arn, lab):
@@ -182,7 +182,7 @@ def test_notice_moves_only_that_prefix_off_its_port(arn, lab):
     [ex] = dp.exclusions(SW_N)
     assert ex["prefix"] == "10.90.0.0/16" and ex["ifindexes"] == [TO_S] and ex["active"]
     # RESTORE: back to the choices of before
-    assert run_frame(dp, lab, notice(monitor.T_RESTORE), TO_S).verdict == "drop"
+    assert run_frame(dp, lab, notice(notices.T_RESTORE), TO_S).verdict == "drop"
     assert choices(dp, lab) == before90
     assert dp.exclusions(SW_N) == []
 
@@ -206,7 +206,7 @@ def test_hold_zero_lasts_until_restore(arn, lab):
     run_frame(dp, lab, notice(hold_ms=0), TO_S)
     time.sleep(0.03)
     assert TO_S not in choices(dp, lab).values()
-    run_frame(dp, lab, notice(monitor.T_RESTORE, hold_ms=0), TO_S)
+    run_frame(dp, lab, notice(notices.T_RESTORE, hold_ms=0), TO_S)
     assert TO_S in choices(dp, lab).values()
 
 
@@ -331,7 +331,7 @@ def test_exclusion_survives_the_agents_route_changes(arn, lab):
     dp.add_route(SW_N, "10.92.0.0/16", GN)          # route_gen + 1, arn_gen back to 0
     try:
         assert TO_S not in choices(dp, lab).values()
-        run_frame(dp, lab, notice(monitor.T_RESTORE), TO_S)   # arn_gen 1 again: a new pair
+        run_frame(dp, lab, notice(notices.T_RESTORE), TO_S)   # arn_gen 1 again: a new pair
         assert choices(dp, lab) == before
     finally:
         dp.del_route(SW_N, "10.92.0.0/16")

@@ -165,7 +165,7 @@ def test_dataplane_notice_crosses_the_wire(lab, fab, tmp_path):
     from scapy.layers.inet import UDP
     from scapy.utils import rdpcap
 
-    from dataplane.agent.monitor import T_WITHDRAW, Notice
+    from dataplane.agent.notices import T_WITHDRAW, Notice
 
     leaf1 = lab.node("leaf1")
     up = next(i for i in leaf1.interfaces if i.peer_node == "spine1")
