@@ -40,7 +40,7 @@ def _one(exp, lab_name: str) -> dict:
 
 
 def bench_lab(*, scale: float = 5e-5, duration_s: float | None = None, mode: str = "spray-rr",
-              experiment: Path = DEMO) -> dict:
+              queue: str | None = None, experiment: Path = DEMO) -> dict:
     """Deploys the experiment's lab under a name of its own, runs the workload once per
     host kind, destroys the lab. Returns the rows and their ratio."""
     lifecycle.require_root()
@@ -58,12 +58,12 @@ def bench_lab(*, scale: float = 5e-5, duration_s: float | None = None, mode: str
                                    mode)],
                     "hosts": kind, "output": out, "reuse_lab": True,
                     "duration": duration_s or base.duration_s,
-                    "port_model": {**base.port_model, "scale": scale}})
+                    "port_model": {**base.port_model, "scale": scale, **({"queue": queue} if queue else {})}})
                 rows.append({"asked": kind, **_one(exp, spec.name)})
         finally:
             lifecycle.destroy(spec.name)
     python, kernel = rows
-    return {"experiment": str(experiment), "mode": mode, "scale": scale,
+    return {"experiment": str(experiment), "mode": mode, "scale": scale, "queue": queue or base.port_model.get("queue", "real"),
             "port_mbps": round(400e9 * scale / 1e6, 3), "duration_s": duration_s or base.duration_s,
             "rows": rows, "kernel_over_python": kernel["delivered_pps"] / python["delivered_pps"]
             if python["delivered_pps"] else None}

@@ -74,6 +74,8 @@ def register(sub) -> None:
                     help="port model scale (400G x 5e-5 = 20 Mb/s ports: the hosts set the pace)")
     lb.add_argument("--duration", type=positive(float), help="seconds of sending (default: the experiment's)")
     lb.add_argument("--mode", default="spray-rr", help="the load-balancing mode of both runs")
+    lb.add_argument("--queue", choices=("real", "virtual"),
+                    help="the port model's queues (default: the experiment's; virtual: XDP only, no tc)")
     lb.add_argument("--json", action="store_true")
     lb.set_defaults(func=run_lab)
     fz = which.add_parser("fuzz", help="hostile frames through the switch program: verdicts, counters "
@@ -369,7 +371,7 @@ def run_lab(args) -> int:
 
     if args.scale > 1:
         raise UsageError(f"--scale {args.scale:g}: must be at most 1 (the nominal port speed)")
-    result = bench_lab(scale=args.scale, duration_s=args.duration, mode=args.mode)
+    result = bench_lab(scale=args.scale, duration_s=args.duration, mode=args.mode, queue=args.queue)
     if args.json:
         print(json.dumps(result, indent=2))
         return 0
