@@ -26,22 +26,12 @@ def tag(pid: int | None = None) -> str:
     return f"rlt{os.getpid() if pid is None else pid}"
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def _swept(name: str, include_own: bool) -> bool:
     m = _OWNED.match(name)
     if not m:
         return False
     pid = int(m.group(1))
-    return (include_own and pid == os.getpid()) or (pid != os.getpid() and not _alive(pid))
+    return (include_own and pid == os.getpid()) or (pid != os.getpid() and not lifecycle.pid_alive(pid))
 
 
 def sweep(include_own: bool = False) -> list[str]:

@@ -80,7 +80,7 @@ def deploy(spec: LabSpec) -> DeployResult:
     started = time.monotonic()
     current = state.load(spec.name)
     if current is not None and current.status == "deploying" and current.deployer_pid \
-            and current.deployer_pid != os.getpid() and _pid_alive(current.deployer_pid):
+            and current.deployer_pid != os.getpid() and pid_alive(current.deployer_pid):
         raise RuntimeStateError(f"lab {spec.name} is being deployed by process "
                                 f"{current.deployer_pid}; wait for it, or pick another --name")
     if is_up(spec.name):
@@ -161,7 +161,8 @@ class _signals_held(_StopSignals):
         super().__init__(signal.SIG_IGN)
 
 
-def _pid_alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """Whether a process with this pid exists (one we may not signal counts)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
