@@ -6,8 +6,8 @@ agent      (default) the fabric monitor (dataplane/agent/monitor.py) sends FGLB 
 dataplane  the switches' XDP programs do it (bpf/switch.c xdp_notice_tx / xdp_notice_rx,
            issue 27): a packet that meets a group with no live member becomes a notice back
            to the switch that sent it, rate-limited per (prefix, port); the upstream's program
-           records the exclusion with its hold and drops the notice. The monitor then sends
-           no link-down notices; congestion notices (`arn`) stay the agent's, and the data
+           records the exclusion until a RESTORE and drops the notice. The monitor then
+           sends no link-down WITHDRAW, only the RESTORE once the prefix is reachable again; congestion notices (`arn`) stay the agent's, and the data
            plane consumes those too (prefix granularity; flow lists go on to the agent).
 
 arn_capture (dataplane only): a consumed notice is passed up the receiving switch's stack
@@ -16,8 +16,9 @@ point on their way out, and a dropped one none on the way in); the monitor's soc
 receives it and leaves it alone (consumed_below).
 
 program() writes the data plane's side of the setting: on/off, the hold a notice carries
-and the rate limit (both the monitor's real-fabric hold_ms, as wall-clock time at the lab's
-scale), and which ports are switch-switch links with the notice's addresses on them."""
+(0: until RESTORE), the rate limit (the monitor's real-fabric interval_ms as wall-clock
+time at the lab's scale), and which ports are switch-switch links with the notice's
+addresses on them."""
 from __future__ import annotations
 
 PATHS = ("agent", "dataplane")
@@ -37,9 +38,15 @@ def program(spec, dp, cfg: dict, wall_us) -> None:
     """Program the data plane for cfg (the monitor's settings); wall_us: real-fabric us ->
     wall-clock us at the lab's scale (SwitchProgrammer.wall_us). Call under the agent's lock."""
     on = cfg["arn_path"] == "dataplane"
-    hold_ms = max(1, round(wall_us(cfg["hold_ms"] * 1000) / 1000))
-    dp.set_notices(generate=on and cfg["notify"], consume=on, hold_ms=hold_ms,
+    # A link-down WITHDRAW holds until the agent's RESTORE (the failover part sends it when
+    # the prefix is reachable again): a hold that expired while the link is still down
+    # would cost a packet per flow at every expiry. The rate limit (one notice per route
+    # and port) is the congestion notices' interval, at least 1 ms of wall time.
+    interval_ns = max(1_000_000, round(wall_us(cfg["interval_ms"] * 1000) * 1000))
+    dp.set_notices(generate=on and cfg["notify"], consume=on, hold_ms=0, interval_ns=interval_ns,
                    pass_consumed=on and cfg["arn_capture"])
+    if not on:      # nothing will RESTORE what the data plane still excludes
+        dp.clear_exclusions()
     for node in spec.switches:
         for iface in node.interfaces:
             peer = spec.find_node(iface.peer_node)

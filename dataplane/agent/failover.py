@@ -107,13 +107,15 @@ class Failover:
             self.m.events.append({"event": "port_up" if up else "port_down", "switch": node.name,
                                 "port": iface.name, "ifindex": iface.ifindex, "t_rx_ns": t_rx or t_map,
                                 "t_map_ns": t_map, "groups": groups})
-            if self.m.cfg["notify"] and self.m.cfg["arn_path"] == "agent":   # else the data plane's
+            if self.m.cfg["notify"]:
                 # every group of the switch, not only the port's: after a reset the
-                # switch re-announces prefixes it still cannot reach
-                self.notify_reachability(node, None, t_map)
+                # switch re-announces prefixes it still cannot reach. With arn_path
+                # dataplane the switch's program sends the WITHDRAW, the agent the RESTORE.
+                self.notify_reachability(node, None, t_map, withdraw=self.m.cfg["arn_path"] == "agent")
 
-    def notify_reachability(self, node, gids, now) -> None:
-        """S lost (or regained) every member for a prefix: withdraw (restore) it upstream."""
+    def notify_reachability(self, node, gids, now, withdraw: bool = True) -> None:
+        """S lost (or regained) every member for a prefix: withdraw (restore) it upstream
+        (withdraw False: only restore, the data plane withdraws)."""
         for gid, prefix in self.m.p.routing.group_prefixes(node.name, gids):
             dead = self.m.dp.group_down_mask(gid)
             n = len(self.m.p.routing.members_of(gid))
@@ -121,7 +123,8 @@ class Failover:
             key = (node.name, prefix)
             if all_dead and key not in self.m.withdrawn:
                 self.m.withdrawn.add(key)
-                self.m.notices.send_upstream(node, prefix, T_WITHDRAW, R_LINK_DOWN, gid)
+                if withdraw:
+                    self.m.notices.send_upstream(node, prefix, T_WITHDRAW, R_LINK_DOWN, gid)
             elif not all_dead and key in self.m.withdrawn:
                 self.m.withdrawn.discard(key)
                 self.m.notices.send_upstream(node, prefix, T_RESTORE, R_CLEARED, gid)

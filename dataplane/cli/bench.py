@@ -398,17 +398,15 @@ def run_fuzz(args) -> int:
         print(json.dumps(result, indent=2))
     else:
         table = Table(title=f"railab bench fuzz, {result['program']}: {result['frames']:,} hostile frames "
-                            f"(seed {result['seed']}), "
-                            f"{result['frames_per_s']:,} frames/s")
+                            f"(seed {result['seed']}), {result['frames_per_s']:,} frames/s")
         for col in ("verdict", "frames", "share"):
             table.add_column(col, justify="left" if col == "verdict" else "right", no_wrap=True)
         for verdict, n in sorted(result["verdicts"].items(), key=lambda kv: -kv[1]):
             table.add_row(verdict, f"{n:,}", f"{100 * n / result['frames']:.1f} %")
         output_console().print(table)
-        if "drop_reasons" in result:
-            print("drop reasons: " + ", ".join(f"{r} {n:,}" for r, n in sorted(result["drop_reasons"].items())))
-        else:
-            print("NIC counters: " + ", ".join(f"{k} {n:,}" for k, n in sorted(result["nic_counters"].items())))
+        counted = ("drop reasons", result["drop_reasons"]) if "drop_reasons" in result else \
+            ("NIC counters", result["nic_counters"])
+        print(f"{counted[0]}: " + ", ".join(f"{k} {n:,}" for k, n in sorted(counted[1].items())))
         print(f"violations: {result['violations']}")
         for kind, n in result["violation_kinds"].items():
             print(f"  {n:,} x {kind}")

@@ -41,7 +41,11 @@ class FakeDataplane:
 
     def set_notices(self, *, generate, consume, hold_ms, interval_ns=None, pass_consumed=False):
         self.notices = {"generate": generate, "consume": consume, "hold_ms": hold_ms,
-                        "pass_consumed": pass_consumed}
+                        "interval_ns": interval_ns, "pass_consumed": pass_consumed}
+
+    def clear_exclusions(self, switch_id=None):
+        self.exclusions_cleared = getattr(self, "exclusions_cleared", 0) + 1
+        return 0
 
     def set_notice_port(self, ifindex, *, fabric, src=None, dst=None):
         self.notice_ports = getattr(self, "notice_ports", {})

@@ -13,7 +13,7 @@ from fakedp import programmed
 
 from dataplane.agent import protocol as proto
 from dataplane.agent.monitor import FabricMonitor
-from dataplane.agent.notices import R_UTIL, T_WITHDRAW, Notice
+from dataplane.agent.notices import R_UTIL, T_RESTORE, T_WITHDRAW, Notice
 from dataplane.agent.server import ControlServer
 from dataplane.experiment import deltas, session
 from dataplane.experiment.spec import Experiment, ModeSpec
@@ -357,9 +357,10 @@ def test_counters_verb_shows_the_lab_wide_verdicts_and_drops(monkeypatch, capsys
 
 
 def test_arn_path_dataplane_programs_the_switches_and_silences_the_agent():
-    """arn_path dataplane: the data plane makes and consumes notices (hold at the lab's
-    scale, switch-switch ports with their link addresses), the monitor sends no link-down
-    notice itself; back to agent: all off again. An unknown path changes nothing."""
+    """arn_path dataplane: the data plane makes and consumes notices (held until a RESTORE,
+    switch-switch ports with their link addresses), the monitor sends no link-down
+    WITHDRAW itself, only the RESTORE when the prefix is back; back to agent: all off
+    again. An unknown path changes nothing."""
     mon = _monitor()
     p = mon.p
     before = dict(mon.cfg)
@@ -367,7 +368,9 @@ def test_arn_path_dataplane_programs_the_switches_and_silences_the_agent():
         mon.configure(arn_path="kernel")
     assert mon.cfg == before and not hasattr(p.dp, "notices")
     mon.configure(arn_path="dataplane")
-    assert p.dp.notices["generate"] and p.dp.notices["consume"] and p.dp.notices["hold_ms"] >= 1
+    # link-down exclusions hold until the agent's RESTORE; notices at most one per interval
+    assert p.dp.notices["generate"] and p.dp.notices["consume"] and p.dp.notices["hold_ms"] == 0
+    assert p.dp.notices["interval_ns"] >= 1_000_000
     for node in p.spec.switches:
         for iface in node.interfaces:
             port = p.dp.notice_ports[iface.ifindex]
@@ -380,9 +383,14 @@ def test_arn_path_dataplane_programs_the_switches_and_silences_the_agent():
     gid = p.routing.group_ids("spine1")[0]
     for ifindex, _ in p.dp.groups[gid].members:
         mon.port_event(spine1, p.spec.port(ifindex)[1], False)
-    assert not mon.udp["spine1"].sent and not mon.withdrawn
+    assert not mon.udp["spine1"].sent and mon.withdrawn        # the data plane withdraws
+    for ifindex, _ in p.dp.groups[gid].members:
+        mon.port_event(spine1, p.spec.port(ifindex)[1], True)
+    restores = [msg for msg, _ in mon.udp["spine1"].sent]
+    assert restores and all(n.type == T_RESTORE for n in restores)   # the agent restores
     mon.configure(arn_path="agent")
     assert not p.dp.notices["generate"] and not p.dp.notices["consume"]
+    assert p.dp.exclusions_cleared       # nothing would RESTORE what the data plane excludes
     assert not any(v["fabric"] for v in p.dp.notice_ports.values())
 
 

@@ -25,12 +25,13 @@ class NoticeTables:
     def set_notices(self, *, generate: bool, consume: bool, hold_ms: int, interval_ns: int | None = None,
                     pass_consumed: bool = False) -> None:
         """generate: a packet into a group with no live member becomes a WITHDRAW notice
-        back out of its (fabric) ingress port, carrying hold_ms (wall ms, >= 1); at most one
-        per (switch, route, port) per interval_ns (default: the hold). consume: notices
+        back out of its (fabric) ingress port, carrying hold_ms (wall ms; 0: until a
+        RESTORE); at most one per (switch, route, port) per interval_ns (default: the hold). consume: notices
         arriving on fabric ports set exclusions and are dropped -- or, with pass_consumed,
         passed up the switch's stack (so that a capture on the port sees them)."""
-        if not 1 <= hold_ms <= 0xFFFFFFFF:
-            raise ValueError(f"notice hold_ms {hold_ms!r}: must be 1 .. 2**32-1 (0 would mean until RESTORE)")
+        if not 0 <= hold_ms <= 0xFFFFFFFF or (hold_ms == 0 and interval_ns is None):
+            raise ValueError(f"notice hold_ms {hold_ms!r}: must be 0 (until RESTORE, with an interval_ns) "
+                             "or 1 .. 2**32-1")
         interval = hold_ms * 1_000_000 if interval_ns is None else int(interval_ns)
         if not 0 <= interval < 1 << 63:
             raise ValueError(f"notice interval_ns {interval_ns!r} out of range")
