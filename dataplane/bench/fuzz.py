@@ -45,7 +45,7 @@ def _campaign(sw: hostile.FuzzSwitch, frames: int, seed: int) -> dict:
     pfc_frames = 0
     started = time.perf_counter()
     with in_netns(sw.netns):
-        for frame in itertools.islice(filter(_deliverable, hostile.random_frames(seed)), frames):
+        for frame in itertools.islice(filter(hostile.deliverable, hostile.random_frames(seed)), frames):
             result = sw.run(frame)
             verdicts[result.verdict] += 1
             pfc_frames += frame[12:14] == b"\x88\x08"
@@ -80,7 +80,7 @@ def _nic_campaign(frames: int, seed: int) -> dict:
     examples: list[dict] = []
     started = time.perf_counter()
     with NicResponder(max_qps=1024) as nic:
-        frames_in = filter(_deliverable, hostile.random_frames(seed, favour="railab-data"))
+        frames_in = filter(hostile.deliverable, hostile.random_frames(seed, favour="railab-data"))
         for consume in (False, True):
             nic.configure(mode="respond", consume=consume, cnp_interval_us=1.0)
             for frame in itertools.islice(frames_in, frames // 2 + (frames % 2 if consume else 0)):
@@ -98,6 +98,3 @@ def _nic_campaign(frames: int, seed: int) -> dict:
             "examples": examples, "elapsed_s": round(elapsed, 2),
             "frames_per_s": round(sum(verdicts.values()) / elapsed) if elapsed else None}
 
-
-def _deliverable(frame: bytes) -> bool:
-    return len(frame) >= hostile.MIN_FRAME

@@ -375,3 +375,8 @@ def fuzz_switch(dp, netns: str) -> Iterator[FuzzSwitch]:
 
 MIN_FRAME = 14       # BPF_PROG_TEST_RUN refuses shorter XDP input, as no NIC delivers it
 
+
+def deliverable(frame: bytes) -> bool:
+    """Whether a NIC could hand this frame to an XDP program at all."""
+    return len(frame) >= MIN_FRAME
+

@@ -78,7 +78,7 @@ class KernelSenders(Closing):
         self._folder = tempfile.TemporaryDirectory(prefix="railab-schedule-")
         try:
             path = Path(self._folder.name) / "schedule"
-            self.packets = write_schedule(path, ports, flows, duration_s=duration_s)
+            write_schedule(path, ports, flows, duration_s=duration_s)
             self.engine = SendEngine(path)
         except BaseException:
             self._folder.cleanup()

@@ -32,14 +32,10 @@ def _hostile(base: int, mutations) -> bytes:
     return hostile.mutate(hostile.corpus()[base], mutations)
 
 
-def _deliverable(frame: bytes) -> bool:
-    return len(frame) >= hostile.MIN_FRAME
-
-
 # named functions, not lambdas: hypothesis describes lambdas by parsing their source,
 # which cost 10 ms a frame here
 frames = st.builds(_hostile, st.integers(0, len(hostile.KINDS) * len(hostile.DESTINATIONS) * hostile.CORPUS_VARIANTS - 1),
-                   ops).filter(_deliverable)
+                   ops).filter(hostile.deliverable)
 
 
 @pytest.fixture(scope="module")
@@ -141,7 +137,7 @@ def _data_frame(index: int, mutations) -> bytes:
 
 # half of them railab's data frames: the NIC parses deeply only those
 nic_frames = st.one_of(frames, st.builds(_data_frame, st.integers(0, len(hostile.DESTINATIONS) * hostile.CORPUS_VARIANTS - 1),
-                                         ops).filter(_deliverable))
+                                         ops).filter(hostile.deliverable))
 
 
 @SETTINGS
