@@ -153,7 +153,7 @@ class KernelSwitches:
         return {"switches": list(snapshot.get("switches", {}))}
 
     # ------------------------------------------------------------ XDP only
-    def trace(self, flow):
+    def trace(self, flows):
         refuse("a path trace (railab pathtrace reads XDP's route cache)")
 
     def apply_port_model(self, **_):

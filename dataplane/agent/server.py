@@ -79,7 +79,7 @@ class ControlServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
         p = programmer
         self.locked: dict[type, Callable] = {
             proto.Counters: lambda r: p.counters(r.switch),
-            proto.Trace: lambda r: [p.trace(flow) for flow in r.flows],
+            proto.Trace: lambda r: p.trace(r.flows),
             proto.LbSet: lambda r: p.lb_set(**r.fields()),
             proto.LbShow: lambda r: p.lb_show(),
             proto.LbRestore: lambda r: p.lb_restore(r.snapshot),

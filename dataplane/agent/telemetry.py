@@ -19,10 +19,20 @@ class Telemetry:
         self.routing = routing
         self.ports = ports                 # the PortModel: speeds, real queues, PFC, clock
 
-    def trace(self, flow: dict) -> dict:
-        """The path the data plane picks for one flow (see dataplane.agent.pathtrace)."""
-        return trace(self.spec, FlowKey(**flow),
-                     lambda netns, frame, ifindex: _run_frame(self.dp.prog_fd, netns, frame, ifindex))
+    def trace(self, flows: list[dict]) -> list[dict]:
+        """The path the data plane picks for each flow (see dataplane.agent.pathtrace).
+        Looking must not steer: a traced frame starts a flowlet like any frame, and a
+        flow that then starts within the flowlet gap (200 real-fabric us: seconds of wall
+        time at a slow scale) would keep the member the trace picked with every port
+        idle, not the one its own first frame would pick. So the flowlet table is put
+        back as it was."""
+        saved = self.dp.flowlet_snapshot()
+        try:
+            return [trace(self.spec, FlowKey(**flow),
+                          lambda netns, frame, ifindex: _run_frame(self.dp.prog_fd, netns, frame, ifindex))
+                    for flow in flows]
+        finally:
+            self.dp.flowlet_restore(saved)
 
     def counters(self, switch: str | None = None) -> dict:
         if switch is not None:

@@ -184,6 +184,22 @@ def test_flowlet_idle_fabric_keeps_flow(dp, lab, mode):
     assert len(seen) == 1
 
 
+def test_flowlet_restore_undoes_what_frames_did_since_the_snapshot(dp, lab, mode):
+    # the agent's path trace runs frames through the program and then restores the
+    # flowlet table: the flow that was there keeps its entry as it was, the traced one
+    # leaves none, so its first real frame is placed by the load it meets then
+    mode("flowlet", group=G, flowlet_timeout_us=500_000)
+    model_all(dp)
+    run(dp, lab, udp(sport=7100))
+    saved = dp.flowlet_snapshot()
+    for _ in range(3):
+        run(dp, lab, udp(sport=7100))          # the existing entry's clock moves on
+    run(dp, lab, udp(sport=7101))              # a new flow: a new entry
+    assert dp.flowlet_snapshot() != saved and len(dp.flowlet_snapshot()) == len(saved) + 1
+    assert dp.flowlet_restore(saved) == 2
+    assert dp.flowlet_snapshot() == saved
+
+
 def test_flowlet_choices_repeat_after_a_mode_set(dp, lab, mode):
     # an idle fabric ties every member: the scan starts where the flow's hash says, so 40
     # flows spread over the members, and forgetting the flowlets (as the agent does when

@@ -220,6 +220,23 @@ class GroupTables:
                 flows += 1
         return flows
 
+    def flowlet_snapshot(self) -> dict[bytes, bytes]:
+        """The flowlet table as it is now (key bytes -> value bytes), for flowlet_restore."""
+        return {bytes(k): bytes(v) for k, v in self.maps.items("flowlets")}
+
+    def flowlet_restore(self, saved: dict[bytes, bytes]) -> int:
+        """Put the flowlet table back as `saved` found it: entries made since are deleted,
+        changed ones rewritten. Returns how many entries it touched."""
+        touched = 0
+        for k, v in self.maps.items("flowlets"):
+            before = saved.get(bytes(k))
+            if before is None:
+                touched += self.maps.delete("flowlets", k)
+            elif before != bytes(v):
+                self.maps.update("flowlets", k, abi.Flowlet.from_buffer_copy(before))
+                touched += 1
+        return touched
+
     def flowlet_stats(self, group_id: int) -> dict:
         """Flows of a group in the flowlet table and how many flowlets they had in all."""
         flows = flowlets = 0
