@@ -31,6 +31,10 @@ Patterns (``pattern.type``):
                   rail-local). Cross-rail pairs leave from the source GPU's NIC unless
                   ``pxn: true``: then from the source host's NIC on the destination's rail.
   cross-rail      GPU i of host a -> GPU (i + shift) % R of host (a + 1) % H.
+  permutation     every NIC sends to one NIC of another host and receives from one, drawn
+                  from the seed (the simulators' permutation traffic matrix): no
+                  destination is shared, so a non-blocking fabric can carry every flow
+                  at line rate, and what slows a flow is where the fabric placed it.
   flows           an explicit list: ``{src: h1:eth0, dst: h2:eth1, class: mice, rate: ...}``.
 ``pattern.messages: N`` caps every flow at N messages (a collective's fixed transfer: with
 the duration past the last one's end, every message is sent whole).
@@ -53,6 +57,8 @@ from typing import Any, Sequence
 
 from dataplane import units, yamlfile
 from dataplane.errors import WorkloadError
+from dataplane.traffic import patterns
+from dataplane.traffic.patterns import Host, Nic  # noqa: F401 (the model's hosts, re-exported)
 from dataplane.traffic.sizes import SizeDist, parse_dist
 from dataplane.traffic.transport import DcqcnParams, TransportConfig
 from dataplane.traffic.workloadschema import validate
@@ -79,32 +85,6 @@ SIZE_RE, RATE_RE, TIME_RE = units.SIZE_RE, units.RATE_RE, units.TIME_RE
 
 
 # --- model -----------------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class Nic:
-    ifname: str
-    ip: str
-    rail: int
-    mac: str | None = None
-
-
-@dataclass(frozen=True)
-class Host:
-    name: str
-    nics: tuple[Nic, ...]
-
-    def nic(self, key: str | int) -> Nic:
-        for n in self.nics:
-            if n.ifname == key or (isinstance(key, int) and n.rail == key):
-                return n
-        raise KeyError(key)
-
-    def nic_on_rail(self, rail: int) -> Nic | None:
-        for n in self.nics:
-            if n.rail == rail:
-                return n
-        return None
-
 
 @dataclass(frozen=True)
 class Message:
@@ -273,97 +253,6 @@ def load(path: str | Path) -> Workload:
 
 # --- flow generation ---------------------------------------------------------------------------
 
-@dataclass(frozen=True)
-class _Pair:
-    src_host: Host
-    src_nic: Nic
-    dst_host: Host
-    dst_nic: Nic
-    spec: dict[str, Any] | None = None   # explicit flow entry
-
-
-def _rails(hosts: Sequence[Host]) -> list[int]:
-    return sorted({n.rail for h in hosts for n in h.nics})
-
-
-def _pairs(wl: Workload, hosts: Sequence[Host]) -> list[_Pair]:
-    pat = wl.pattern
-    kind = pat["type"]
-    byname = {h.name: h for h in hosts}
-    if kind != "flows" and len(hosts) < 2:
-        raise WorkloadError(f"{wl.source}: pattern.type: '{kind}' needs at least 2 hosts, "
-                            f"got {len(hosts)}")
-    rails = pat.get("rails", "all")
-    sel = _rails(hosts) if rails in ("all", "same") else list(rails)
-    pairs: list[_Pair] = []
-    if kind == "ring-allreduce":
-        all_rails = _rails(hosts)
-        for r in sel:
-            members = [(h, h.nic_on_rail(r)) for h in hosts if h.nic_on_rail(r)]
-            if len(members) < 2:
-                continue
-            n = len(members)
-            for i, (h, nic) in enumerate(members):
-                dh, dn = members[(i + 1) % n]
-                if pat.get("shift"):    # across rails: to the next host's NIC on rail r + shift
-                    dn = dh.nic_on_rail(all_rails[(all_rails.index(r) + int(pat["shift"])) % len(all_rails)]) or dn
-                pairs.append(_Pair(h, nic, dh, dn))
-                if pat.get("bidirectional") and n > 2:
-                    ph, pn = members[(i - 1) % n]
-                    pairs.append(_Pair(h, nic, ph, pn))
-    elif kind == "all-to-all":
-        for h in hosts:
-            for nic in h.nics:
-                if nic.rail not in sel:
-                    continue
-                for d in hosts:
-                    if d is h:
-                        continue
-                    for dn in d.nics:
-                        if dn.rail not in sel:
-                            continue
-                        if rails == "same" and dn.rail != nic.rail:
-                            continue
-                        src = nic
-                        if pat.get("pxn") and dn.rail != nic.rail:
-                            src = h.nic_on_rail(dn.rail) or nic
-                        pairs.append(_Pair(h, src, d, dn))
-    elif kind == "cross-rail":
-        shift = int(pat.get("shift", 1))
-        all_rails = _rails(hosts)
-        if len(all_rails) < 2:
-            raise WorkloadError(f"{wl.source}: pattern.type: 'cross-rail' needs hosts "
-                                f"with at least 2 rails")
-        for i, h in enumerate(hosts):
-            d = hosts[(i + 1) % len(hosts)]
-            for nic in h.nics:
-                if nic.rail not in sel:
-                    continue
-                dr = all_rails[(all_rails.index(nic.rail) + shift) % len(all_rails)]
-                dn = d.nic_on_rail(dr)
-                if dn is None:
-                    continue
-                src = (h.nic_on_rail(dr) or nic) if pat.get("pxn") else nic
-                pairs.append(_Pair(h, src, d, dn))
-    else:  # flows
-        for i, f in enumerate(pat["flows"]):
-            ends = []
-            for k in ("src", "dst"):
-                hn, nk = f[k].split(":", 1)
-                h = byname.get(hn)
-                if h is None:
-                    raise WorkloadError(f"{wl.source}: pattern.flows[{i}].{k}: unknown "
-                                        f"host {hn!r}")
-                try:
-                    nic = h.nic(int(nk) if nk.isdigit() else nk)
-                except KeyError:
-                    raise WorkloadError(f"{wl.source}: pattern.flows[{i}].{k}: host "
-                                        f"{hn!r} has no NIC {nk!r}") from None
-                ends.append((h, nic))
-            pairs.append(_Pair(ends[0][0], ends[0][1], ends[1][0], ends[1][1], f))
-    return pairs
-
-
 def _messages(rng: random.Random, dist: SizeDist, arrival: str, rate_bps: float,
               mtu: int, t0: float, t1: float, max_msgs: int | None,
               gap_s: float = 0.0) -> tuple[Message, ...]:
@@ -395,7 +284,7 @@ def generate(wl: Workload, hosts: Sequence[Any] | None = None) -> list[Flow]:
     hs = hosts_from_list(hosts) if hosts is not None else list(wl.hosts)
     if not hs:
         raise WorkloadError(f"{wl.source}: hosts: no hosts given (in the file or by the lab)")
-    pairs = _pairs(wl, hs)
+    pairs = patterns.pairs(wl, hs)
     per_sender: dict[tuple[str, str], int] = {}
     for p in pairs:
         if p.spec is None or "rate" not in p.spec:

@@ -170,6 +170,33 @@ def test_cross_rail_pairs():
         assert int(f.dst_host[1:]) == int(f.src_host[1:]) % 3 + 1
 
 
+@pytest.mark.parametrize("n_hosts,rails", [(2, 1), (3, 2), (8, 2), (5, 4)])
+def test_permutation_sends_once_and_receives_once_never_to_itself(n_hosts, rails):
+    hs = hosts(n_hosts, rails)
+    fl = generate(_wl({"type": "permutation"}, mix={"elephant": 1}), hs)
+    sources = [(f.src_host, f.src_rail) for f in fl]
+    dests = [(f.dst_host, f.dst_rail) for f in fl]
+    everyone = {(h["name"], r) for h in hs for r in range(rails)}
+    assert set(sources) == set(dests) == everyone and len(fl) == len(everyone)
+    assert all(f.src_host != f.dst_host for f in fl)
+
+
+def test_permutation_follows_the_seed():
+    def draw(seed):
+        return [(f.src_host, f.dst_host, f.dst_rail) for f in
+                generate(_wl({"type": "permutation"}, mix={"elephant": 1}, seed=seed), hosts(8, 2))]
+    assert draw(3) == draw(3)
+    assert draw(3) != draw(4)
+
+
+def test_permutation_that_cannot_exist_is_refused():
+    hs = hosts(2, 2)
+    hs[1]["nics"] = hs[1]["nics"][:1]           # 2 NICs on h1, 1 on h2: h1's two need h2
+    hs.append({"name": "h3", "nics": []})
+    with pytest.raises(WorkloadError, match="permutation.*at most half"):
+        generate(_wl({"type": "permutation"}, mix={"elephant": 1}), hs)
+
+
 def test_explicit_flows():
     wl = _wl({"type": "flows", "flows": [
         {"src": "h1:eth0", "dst": "h2:eth1", "class": "elephant", "rate": "1Gbps",
