@@ -20,6 +20,7 @@ import uuid
 from contextlib import contextmanager
 from pathlib import Path
 
+from dataplane.errors import RailabError
 from dataplane.lab.probe import run_probe
 from dataplane.runtime import labspec, lifecycle, state
 from dataplane.topology import clab
@@ -115,8 +116,10 @@ def planned_file(gpus: int, directory: Path) -> tuple[str, Path]:
     return label, path
 
 
-def measure(label: str, path: Path, runtime: str = "netns", *, probe_sample: int | None = None) -> dict:
-    """Deploy the lab in `path` under a fresh name, measure, (probe,) destroy."""
+def measure(label: str, path: Path, runtime: str = "netns", *, probe_sample: int | None = None,
+            keep_going: bool = False) -> dict:
+    """Deploy the lab in `path` under a fresh name, measure, (probe,) destroy. keep_going:
+    a deploy railab refuses becomes the row's `error` instead of an exception."""
     name = f"bench-{uuid.uuid4().hex[:6]}"
     load_before = load_average()
     available_before = _meminfo_kib("MemAvailable")
@@ -148,6 +151,10 @@ def measure(label: str, path: Path, runtime: str = "netns", *, probe_sample: int
         if probe_sample:
             probed = run_probe(spec, sample=probe_sample)
             row["probe"] = {"pairs": probed.pairs, "ok": probed.ok}
+    except RailabError as err:
+        if not keep_going:
+            raise
+        row["error"] = str(err)
     finally:
         t0 = time.monotonic()
         lifecycle.destroy(name)
@@ -187,7 +194,7 @@ def scale(sizes=SCALE_GPUS, probe_sample: int = PROBE_SAMPLE) -> list[dict]:
     with tempfile.TemporaryDirectory(prefix="railab-bench-") as tmp:
         for gpus in sizes:
             label, path = planned_file(gpus, Path(tmp))
-            rows.append({"gpus": gpus, **measure(label, path, probe_sample=probe_sample)})
+            rows.append({"gpus": gpus, **measure(label, path, probe_sample=probe_sample, keep_going=True)})
     return rows
 
 
@@ -201,7 +208,7 @@ def fit(rows: list[dict]) -> dict:
     links per node, and then the two cannot be told apart: `per_link_all_in` (the measure
     over links alone, nodes' share included) is always given, per node and per link only
     when the rows' shapes differ enough (`separable`)."""
-    pts = [(r["nodes"], r["links"], r) for r in rows if r.get("links")]
+    pts = [(r["nodes"], r["links"], r) for r in rows if r.get("links") and "deploy_s" in r]
     out: dict = {"rows": len(pts)}
     if not pts:
         return out

@@ -45,6 +45,9 @@ def run_deploy(args) -> int:
         return 0
     console = output_console()
     console.print(_deploy_table(rows, args.scale))
+    for row in rows:
+        if row.get("error"):
+            console.print(f"{row['lab']}: not deployed: {row['error']}")
     console.print(_phase_table(rows))
     if args.scale:
         console.print(_fit_table(deploy.fit(rows)))

@@ -36,3 +36,8 @@ def test_fit_of_one_shape_gives_the_all_in_cost_only():
     assert "per_node" not in got["deploy"]
     # 2 ms per node over 3072/152 links per node, plus 0.5 ms per link
     assert got["deploy"]["per_link_all_in"] == pytest.approx(0.5 + 2.0 * 152 / 3072, abs=1e-3)
+
+
+def test_fit_leaves_out_sizes_that_did_not_deploy():
+    failed = {"nodes": 2432, "links": 49152, "error": "agent failed"}
+    assert fit([_row(152, 3072), failed])["rows"] == 1
