@@ -10,6 +10,7 @@ import struct
 import time
 
 from dataplane.kernel.netns import in_netns
+from dataplane.xdp.inject import Injector
 
 log = logging.getLogger("railab.arn")
 
@@ -58,7 +59,8 @@ class Learning:
                 hosts = {h.name for h in self.m.spec.hosts for nic in self.m.spec.host_nics.get(h.name, [])
                          for port in nic.ports
                          if (h.interface(port).peer_node, nic.address.split("/")[0]) in missing}
-                announce_hosts(self.m.spec, sorted(hosts))
+                # from packet sockets: what an XDP frame did not deliver, the stack's may
+                announce_hosts(self.m.spec, sorted(hosts), xdp=False)
                 progress_at = time.monotonic()
             time.sleep(0.02)
 
@@ -95,27 +97,57 @@ def garp_frame(mac: str, ip: str) -> bytes:
             + m + a + b"\x00" * 6 + a)
 
 
-def announce_hosts(spec, hosts: list[str] | None = None) -> int:
+def announce_hosts(spec, hosts: list[str] | None = None, *, xdp: bool = True) -> int:
     """Every host announces each NIC address out of every port of it (both planes) with a
-    gratuitous ARP, as a dual-plane host does at start; leaves learn it (PORT_F_LEARN)."""
-    sent = 0
-    for node in spec.hosts:
-        if hosts is not None and node.name not in hosts:
-            continue
+    gratuitous ARP, as a dual-plane host does at start; leaves learn it (PORT_F_LEARN).
+
+    xdp: sent as XDP frames (dataplane.xdp.inject: the leaf port keeps no page pool for
+    it, 256 KiB per host port otherwise); a port where that fails, or xdp=False, sends
+    from a packet socket as a host's kernel does."""
+    injector = None
+    if xdp:
         try:
-            # one packet socket per host, sending out of each port by name
-            with in_netns(node.netns):
-                s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW)
+            injector = Injector()
         except OSError as err:
-            log.warning("GARP from %s: %s", node.name, err)
-            continue
-        with s:
-            for nic in spec.host_nics.get(node.name, []):
-                ip = nic.address.split("/")[0]
-                for port in nic.ports:
-                    try:
-                        s.sendto(garp_frame(node.interface(port).mac, ip), (port, 0))
-                        sent += 1
-                    except OSError as err:
-                        log.warning("GARP from %s:%s: %s", node.name, port, err)
+            log.warning("GARP as XDP frames: %s; sending from packet sockets", err)
+    sent = 0
+    try:
+        for node in spec.hosts:
+            if hosts is None or node.name in hosts:
+                sent += _announce(spec, node, injector)
+    finally:
+        if injector is not None:
+            injector.close()
+    return sent
+
+
+def _announce(spec, node, injector: Injector | None) -> int:
+    sent = 0
+    frames = [(port, garp_frame(node.interface(port).mac, nic.address.split("/")[0]))
+              for nic in spec.host_nics.get(node.name, []) for port in nic.ports]
+    try:
+        with in_netns(node.netns):
+            left = []
+            for port, frame in frames:
+                try:
+                    if injector is None:
+                        raise OSError("no injector")
+                    injector.inject(node.interface(port).ifindex, frame)
+                    sent += 1
+                except OSError:
+                    left.append((port, frame))
+            # one packet socket per host, sending out of each port by name
+            s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW) if left else None
+    except OSError as err:
+        log.warning("GARP from %s: %s", node.name, err)
+        return sent
+    if s is None:
+        return sent
+    with s:
+        for port, frame in left:
+            try:
+                s.sendto(frame, (port, 0))
+                sent += 1
+            except OSError as err:
+                log.warning("GARP from %s:%s: %s", node.name, port, err)
     return sent

@@ -1,6 +1,7 @@
 """Measure deploys: `railab bench deploy` (the shipped lab and the 56-node lab, with the
-XDP object's cache cold and warm) and `railab bench deploy --scale` (dual-plane labs of
-128 to 1,024 GPUs). Each row times what a user's `railab deploy FILE` does: reading the
+XDP object's cache cold and warm) and `railab bench deploy --scale [N,N,...]` (dual-plane labs of
+N GPUs, by default 128 to 1,024, then the deploy time, memory and destroy time per node
+and per link fitted over the sizes). Each row times what a user's `railab deploy FILE` does: reading the
 file, resolving the lab, then lifecycle.deploy (its phases come from the deployer and the
 agent), and `railab destroy`.
 
@@ -19,10 +20,12 @@ import uuid
 from contextlib import contextmanager
 from pathlib import Path
 
+from dataplane.errors import RailabError
 from dataplane.lab.probe import run_probe
 from dataplane.runtime import labspec, lifecycle, state
 from dataplane.topology import clab
 from dataplane.topology.generate import generate
+from dataplane.topology.model import Role
 from dataplane.topology.sizing import get_switch, plan_rail_fabric
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -95,8 +98,28 @@ def dual_plane_file(gpus: int, directory: Path, largest: int = SCALE_GPUS[-1]) -
     return label, path
 
 
-def measure(label: str, path: Path, runtime: str = "netns", *, probe_sample: int | None = None) -> dict:
-    """Deploy the lab in `path` under a fresh name, measure, (probe,) destroy."""
+def planned_file(gpus: int, directory: Path) -> tuple[str, Path]:
+    """The lab `railab plan dual-plane --gpus N -o FILE` writes (the planner's defaults);
+    where the generator cannot build the planner's design (small sizes put several rails
+    on one leaf), dual_plane_file's scaled-down design instead."""
+    plan = plan_rail_fabric(gpus=gpus, switch=get_switch("51.2T"), planes=2)
+    kind, params = plan.generator_params()
+    topo = generate(kind, name="bench", **params)
+    roles = [n.role for n in topo.nodes.values()]
+    built = {"leaves": roles.count(Role.LEAF), "spines": roles.count(Role.SPINE),
+             "cores": roles.count(Role.CORE), "hosts": roles.count(Role.HOST)}
+    if built != plan.node_counts():
+        return dual_plane_file(gpus, directory, largest=max(gpus, SCALE_GPUS[-1]))
+    path = directory / f"plan-dual-plane-{gpus}.clab.yml"
+    clab.write(topo, str(path), f"railab bench deploy --scale: railab plan dual-plane --gpus {gpus}")
+    label = f"plan dual-plane {gpus} GPUs ({built['hosts']} hosts, {len(topo.nodes) - built['hosts']} switches)"
+    return label, path
+
+
+def measure(label: str, path: Path, runtime: str = "netns", *, probe_sample: int | None = None,
+            keep_going: bool = False) -> dict:
+    """Deploy the lab in `path` under a fresh name, measure, (probe,) destroy. keep_going:
+    a deploy railab refuses becomes the row's `error` instead of an exception."""
     name = f"bench-{uuid.uuid4().hex[:6]}"
     load_before = load_average()
     available_before = _meminfo_kib("MemAvailable")
@@ -128,6 +151,10 @@ def measure(label: str, path: Path, runtime: str = "netns", *, probe_sample: int
         if probe_sample:
             probed = run_probe(spec, sample=probe_sample)
             row["probe"] = {"pairs": probed.pairs, "ok": probed.ok}
+    except RailabError as err:
+        if not keep_going:
+            raise
+        row["error"] = str(err)
     finally:
         t0 = time.monotonic()
         lifecycle.destroy(name)
@@ -161,10 +188,46 @@ def cold_then_warm(label: str, path: Path, runtime: str = "netns", probe_sample:
 
 
 def scale(sizes=SCALE_GPUS, probe_sample: int = PROBE_SAMPLE) -> list[dict]:
+    """Each size once, with the machine's XDP object cache (what `railab deploy` uses;
+    `bpf_cache` says whether bcc compiled): the planner's lab of that many GPUs."""
     rows = []
     with tempfile.TemporaryDirectory(prefix="railab-bench-") as tmp:
         for gpus in sizes:
-            label, path = dual_plane_file(gpus, Path(tmp))
-            for row in cold_then_warm(label, path, probe_sample=probe_sample):
-                rows.append({"gpus": gpus, **row})
+            label, path = planned_file(gpus, Path(tmp))
+            rows.append({"gpus": gpus, **measure(label, path, probe_sample=probe_sample, keep_going=True)})
     return rows
+
+
+FITTED = {"deploy_s": ("deploy", "ms", 1000.0), "lab_memory_mib": ("memory", "KiB", 1024.0),
+          "destroy_s": ("destroy", "ms", 1000.0)}
+
+
+def fit(rows: list[dict]) -> dict:
+    """Least squares of each measure (deploy s, lab MiB, destroy s) as per_node * nodes +
+    per_link * links over the rows, in ms or KiB. Labs of one design have nearly the same
+    links per node, and then the two cannot be told apart: `per_link_all_in` (the measure
+    over links alone, nodes' share included) is always given, per node and per link only
+    when the rows' shapes differ enough (`separable`)."""
+    pts = [(r["nodes"], r["links"], r) for r in rows if r.get("links") and "deploy_s" in r]
+    out: dict = {"rows": len(pts)}
+    if not pts:
+        return out
+    ratios = [links / nodes for nodes, links, _ in pts]
+    nn = sum(n * n for n, _, _ in pts)
+    ll = sum(x * x for _, x, _ in pts)
+    nl = sum(n * x for n, x, _ in pts)
+    det = nn * ll - nl * nl
+    # relative spread of links per node: under 5 % the normal equations are ill-posed
+    out["separable"] = len(pts) >= 2 and (max(ratios) - min(ratios)) / max(ratios) > 0.05 and det > 0
+    for key, (name, unit, scale_) in FITTED.items():
+        ys = [(n, x, r[key] * scale_) for n, x, r in pts if isinstance(r.get(key), (int, float))]
+        if not ys:
+            continue
+        entry = {"unit": unit, "per_link_all_in": round(sum(x * y for _, x, y in ys) / ll, 3)}
+        if out["separable"]:
+            ny = sum(n * y for n, _, y in ys)
+            ly = sum(x * y for _, x, y in ys)
+            entry["per_node"] = round((ll * ny - nl * ly) / det, 3)
+            entry["per_link"] = round((nn * ly - nl * ny) / det, 3)
+        out[name] = entry
+    return out

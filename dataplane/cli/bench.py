@@ -14,6 +14,7 @@ from rich.table import Table
 from dataplane.agent.flows import FLOW_SAMPLE_SHIFT
 from dataplane.bench import deploy
 from dataplane.bench.queue import bench_queue
+from dataplane.cli.bench_deploy import gpu_sizes, run_deploy
 from dataplane.cli.common import output_console, positive
 from dataplane.errors import UsageError
 from dataplane.kernel.netns import in_netns
@@ -34,8 +35,9 @@ def register(sub) -> None:
     d = which.add_parser("deploy", help="deploy/destroy time, phases and memory: the shipped and "
                                         "the 56-node lab, XDP object cache cold and warm")
     d.add_argument("--repeat", type=positive(int), default=1)
-    d.add_argument("--scale", action="store_true",
-                   help="dual-plane labs of 128 to 1,024 GPUs instead (deploy, probe, destroy)")
+    d.add_argument("--scale", nargs="?", const=",".join(map(str, deploy.SCALE_GPUS)), type=gpu_sizes,
+                   metavar="N,N,...", help="dual-plane labs of N GPUs instead (railab plan dual-plane "
+                   "--gpus N; default 128 to 1,024): deploy, probe, destroy, and the cost per node and link")
     d.add_argument("--sample", type=positive(int), default=1000, metavar="N",
                    help="--scale: host pairs each probe sends (every leaf pair, then random)")
     d.add_argument("--runtime", choices=RUNTIMES, default="netns",
@@ -103,75 +105,6 @@ def register(sub) -> None:
     u.add_argument("--lab", help="measure on this deployed lab instead of deploying the 56-node one")
     u.add_argument("--json", action="store_true")
     u.set_defaults(func=run_ui)
-
-
-def run_deploy(args) -> int:
-    lifecycle.require_root()
-    if args.scale:
-        if args.runtime != "netns":
-            raise UsageError("--scale measures the netns runtime only (a 1,024-GPU lab is 152 "
-                             "containers and 4,096 links under containerlab)")
-        rows = deploy.scale(probe_sample=args.sample)
-    else:
-        runtimes = ["netns"] + (["containerlab"] if args.runtime == "containerlab" else [])
-        rows = deploy.standard(runtimes, args.repeat)
-    machine = {"cpus": os.cpu_count(), "kernel": os.uname().release,
-               "mem_total_mib": round(deploy._meminfo_kib("MemTotal") / 1024)}
-    if args.json:
-        print(json.dumps({"bench": "deploy-scale" if args.scale else "deploy", "machine": machine,
-                          "rows": rows}, indent=2))
-        return 0
-    console = output_console()
-    console.print(_deploy_table(rows, args.scale))
-    console.print(_phase_table(rows))
-    console.print(f"{machine['cpus']} CPUs, kernel {machine['kernel']}, {machine['mem_total_mib']:,} MiB; "
-                  f"1-minute load average {min(r['load_before'] for r in rows)}-"
-                  f"{max(r['load_after'] for r in rows)} during the run (the machine is shared: "
-                  "'cpu s' is the work itself, deployer and agent)")
-    return 0
-
-
-def _deploy_table(rows: list[dict], scale: bool):
-
-    table = Table(title="railab bench deploy" + (" --scale" if scale else ""))
-    table.add_column("lab", no_wrap=True)
-    if not scale:
-        table.add_column("runtime", no_wrap=True)
-    table.add_column("XDP object", no_wrap=True)
-    columns = {"nodes": "nodes", "links": "links", "deploy_s": "deploy s", "cpu_s": "cpu s",
-               "destroy_s": "destroy s", "lab_memory_mib": "lab MiB", "agent_peak_mib": "agent peak MiB"}
-    for title in columns.values():
-        table.add_column(title, justify="right", no_wrap=True)
-    if scale:
-        table.add_column("probe ok", justify="right", no_wrap=True)
-    table.add_column("load", justify="right", no_wrap=True)
-    for row in rows:
-        cells = [row["lab"]] + ([] if scale else [row["runtime"]])
-        cells.append({"warm": "cached", "cold": "compiled", "off": "compiled"}.get(row.get("bpf_cache"), "-"))
-        cells += [f"{row[k]:,}" if isinstance(row.get(k), int) else str(row.get(k, "-")) for k in columns]
-        if scale:
-            probe = row.get("probe")
-            cells.append(f"{probe['ok']:,}/{probe['pairs']:,}" if probe else "-")
-        cells.append(f"{row['load_before']}")
-        table.add_row(*cells)
-    return table
-
-
-def _phase_table(rows: list[dict]):
-    """Seconds per phase, one column per row of the deploy table: the deployer's steps
-    (they add up to the deploy time), then the agent's (in parallel with the deployer's
-    until it waits for the namespaces)."""
-
-    table = Table(title="where the deploy time goes (s)")
-    table.add_column("phase", no_wrap=True)
-    for i, row in enumerate(rows, start=1):
-        table.add_column(f"{i}: {row['links']:,} links, {row.get('bpf_cache', '-')}", justify="right",
-                         no_wrap=True)
-    for who, key in (("deployer", "phases"), ("agent", "agent_phases")):
-        names = list(dict.fromkeys(name for row in rows for name in row.get(key, {})))
-        for name in names:
-            table.add_row(f"{who}: {name}", *(f"{row.get(key, {}).get(name, 0):.2f}" for row in rows))
-    return table
 
 
 # ---------------------------------------------------------------- bench dataplane

@@ -120,8 +120,7 @@ def deploy(spec: LabSpec) -> DeployResult:
             lab_state.spec_changed()   # the runtime may have learned ifindexes the agent must use
             lab_state.save()
             interrupted.check()
-            agent.stdin.write(b"go\n")
-            agent.stdin.close()
+            _send_go(spec.name, agent)
             clock.mark("state file")
             report = _wait_ready(spec.name, agent, ready_fd)
             clock.mark("waiting for the agent")
@@ -202,6 +201,20 @@ def _start_agent(lab: str):
         os.close(write_fd)
         log.close()
     return agent, read_fd
+
+
+def _send_go(lab: str, agent) -> None:
+    """Tell the agent the namespaces are there. An agent that already exited (it could
+    not load the XDP object for this lab, say) is this deploy's error, with its log's last
+    line: a bare BrokenPipeError reached the CLI, which took it for a closed stdout and
+    exited 0 with the lab destroyed."""
+    try:
+        agent.stdin.write(b"go\n")
+        agent.stdin.close()
+    except BrokenPipeError:
+        tail = _log_tail(lab)
+        raise RuntimeStateError(f"lab {lab}: agent failed: "
+                                f"{tail or 'it exited before the namespaces were ready'}") from None
 
 
 def _wait_ready(lab: str, agent: subprocess.Popen, ready_fd: int) -> dict:
