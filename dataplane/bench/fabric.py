@@ -16,11 +16,12 @@ import subprocess
 import tempfile
 import time
 import uuid
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from ipaddress import IPv4Address, IPv4Interface, IPv4Network
 from pathlib import Path
 
+from dataplane.bench import plain
 from dataplane.bench.traffic import TRAFGEN, link_stats, stop_group, veth_pair
 from dataplane.kernel.netns import in_netns
 from dataplane.lab.fabric import Fabric
@@ -290,82 +291,102 @@ def _if_mac(ns: str, ifname: str) -> str:
 
 
 # ---------------------------------------------------------------- the benchmark
-SIZES = (64, 1500)
-FLOWS = (1, 64)
-DEFAULT_SCALE = 0.1     # 400G ports x 0.1 = 40 Gb/s emulated: above what 2 cores push
+SIZES = (64,)
+FLOWS = (1,)
+DEFAULT_SCALE = 1.0     # nominal 400G ports: the model does its bookkeeping, never caps here
+BASELINE = "plain"
+# Each row: (name, who forwards, port model). `plain` is the baseline every ratio is
+# against; `plain-direct` and `direct` are the same sender and receiver joined by one veth
+# (plain, and with railab's host-port settings): the ceiling each per-hop cost is taken from.
+VARIANTS = {
+    "plain": "Linux forwarding, plain namespaces (baseline)",
+    "kernel": "railab --dataplane kernel",
+    "xdp": "railab XDP (native)",
+    "xdp-generic": "railab XDP (generic)",
+    "bare": "bare XDP forwarder (native)",
+    "bare-generic": "bare XDP forwarder (generic)",
+    "plain-direct": "no switch (1 veth, plain)",
+    "direct": "no switch (1 veth, railab host settings)",
+}
+DIRECT_OF = {"plain": "plain-direct"}      # every other row: "direct"
 
 
 def _median(values: list[float]) -> float:
     return statistics.median(values)
 
 
+@contextmanager
+def _plain_direct(model: FabricPath):
+    """One veth between two bare namespaces, addresses only (plain Linux's ceiling)."""
+    with veth_pair("rlbp") as p:
+        for args in (["-n", p.rx_ns, "addr", "add", f"{model.rx_ip}/32", "dev", p.rx_if],
+                     ["-n", p.tx_ns, "addr", "add", f"{model.tx_ip}/32", "dev", p.tx_if]):
+            subprocess.run(["ip", *args], check=True, capture_output=True)
+        yield FabricPath(p.tx_ns, p.tx_if, _if_mac(p.tx_ns, p.tx_if), model.tx_ip,
+                         _if_mac(p.rx_ns, p.rx_if), p.rx_ns, p.rx_if, model.rx_ip)
+
+
 def bench_fabric(*, duration_s: float = 1.5, repeat: int = 3, scale: float = DEFAULT_SCALE,
-                 bare: bool = True, log=None) -> dict:
-    """Deploy the clos2 lab three times (XDP switches attached natively, the same in
-    generic mode, kernel forwarding), flood one leaf -> spine -> leaf path in each, in
-    turn `repeat` times per row so all see the same machine load; rows: 64 and 1,500-byte frames x 1 and 64 flows x
-    port model off and on (virtual queue at `scale`). With `bare`, rows of the minimal
-    XDP forwarder (BARE_FORWARDER) on the kernel lab, next to the kernel again."""
+                 bare: bool = True, generic: bool = True, sizes=SIZES, flows_list=FLOWS,
+                 log=None) -> dict:
+    """The clos2 lab's leaf -> spine -> leaf path forwarded by plain Linux (bare namespaces,
+    veth, static routes, ip_forward: dataplane.bench.plain; the baseline), railab's XDP
+    switches with the port model off and on (virtual queue at `scale`), railab's kernel
+    lab, optionally the same XDP program in generic mode and the bare XDP forwarder, and
+    the two one-veth ceilings. Every row is measured in turn `repeat` times (medians), so
+    all see the same machine load."""
     log = log or (lambda text: None)
     lab_file = Path(__file__).resolve().parents[2] / "labs" / "clos2" / "clos2.clab.yml"
     tag = uuid.uuid4().hex[:6]
     specs = {}
-    for dataplane in ("xdp", "xdp-generic", "kernel"):
+    for dataplane in ("xdp", "xdp-generic", "kernel")[:: 1 if generic else 2]:
         topo = load_topology(lab_file)
         topo.name = f"bfab-{dataplane.replace('xdp-generic', 'g')[0]}-{tag}"
         specs[dataplane] = labspec.build(topo, str(lab_file), dataplane=dataplane)
     load_before = os.getloadavg()
     rows = []
-    try:
+    with ExitStack() as stack:
         for spec in specs.values():
             log(f"deploying {spec.name} ({spec.dataplane})")
+            stack.callback(lifecycle.destroy, spec.name)
             lifecycle.deploy(spec)
+        plain_spec = stack.enter_context(plain.plain_fabric(specs["kernel"], tag))
         paths = {dp: cross_leaf_path(spec) for dp, spec in specs.items()}
-
-        def one(dp: str, size: int, flows: int) -> dict:
-            return measure(paths[dp], frame_bytes=size, flows=flows, duration_s=duration_s)
-
-        for model in ("off", "on"):
-            for dp in ("xdp", "xdp-generic"):
-                Fabric(specs[dp].name).set_port_model(scale=scale if model == "on" else 0.0, queue="virtual")
-            for size in SIZES:
-                for flows in FLOWS:
-                    runs = {"xdp": [], "xdp-generic": [], "kernel": []}
-                    for _ in range(repeat):
-                        for dp in runs:
-                            runs[dp].append(one(dp, size, flows))
-                    for dp in ("xdp", "xdp-generic"):
-                        rows.append(_row(dp, model, size, flows, runs[dp], runs["kernel"]))
-                        log(_row_text(rows[-1]))
-        if bare:
-            with direct_path(paths["kernel"]) as direct:
-                for size in SIZES:
-                    runs = {"direct": [], "kernel": []}
-                    for _ in range(repeat):
-                        runs["kernel"].append(one("kernel", size, 1))
-                        runs["direct"].append(measure(direct, frame_bytes=size, flows=1, duration_s=duration_s))
-                    rows.append(_row("direct", "-", size, 1, runs["direct"], runs["kernel"]))
-                    log(_row_text(rows[-1]))
-            with BareForwarder(specs["kernel"], paths["kernel"]) as forwarder:
-                for size in SIZES:
-                    for flows in FLOWS:
-                        runs = {"bare": [], "bare-generic": [], "kernel": []}
-                        for _ in range(repeat):
-                            runs["kernel"].append(one("kernel", size, flows))
-                            for name, mode in (("bare", "drv"), ("bare-generic", "generic")):
-                                forwarder.attach(mode)
-                                try:
-                                    runs[name].append(one("kernel", size, flows))
-                                finally:
-                                    forwarder.detach()
-                        for name in ("bare", "bare-generic"):
-                            rows.append(_row(name, "-", size, flows, runs[name], runs["kernel"]))
-                            log(_row_text(rows[-1]))
-    finally:
-        for spec in specs.values():
-            lifecycle.destroy(spec.name)
+        paths["plain"] = cross_leaf_path(plain_spec)
+        paths["plain-direct"] = stack.enter_context(_plain_direct(paths["kernel"]))
+        paths["direct"] = stack.enter_context(direct_path(paths["kernel"]))
+        forwarder = stack.enter_context(BareForwarder(specs["kernel"], paths["kernel"])) if bare else None
+        hops = len(path_hops(specs["kernel"], paths["kernel"]))
+        fabrics = {dp: Fabric(specs[dp].name) for dp in ("xdp", "xdp-generic") if dp in specs}
+        # (row name, port model, path, setup)
+        plan = [("plain", "-", "plain", None), ("kernel", "-", "kernel", None)]
+        for dp in fabrics:
+            plan += [(dp, "off", dp, (dp, 0.0)), (dp, "on", dp, (dp, scale))]
+        if forwarder:
+            plan += [("bare", "-", "kernel", "drv"), ("bare-generic", "-", "kernel", "generic")]
+        plan += [("plain-direct", "-", "plain-direct", None), ("direct", "-", "direct", None)]
+        for size in sizes:
+            for flows in flows_list:
+                runs = {(name, model): [] for name, model, _, _ in plan}
+                for _ in range(repeat):
+                    for name, model, path, setup in plan:
+                        if isinstance(setup, tuple):
+                            fabrics[setup[0]].set_port_model(scale=setup[1], queue="virtual")
+                        elif setup:
+                            forwarder.attach(setup)
+                        try:
+                            runs[(name, model)].append(measure(paths[path], frame_bytes=size, flows=flows,
+                                                               duration_s=duration_s))
+                        finally:
+                            if setup and not isinstance(setup, tuple):
+                                forwarder.detach()
+                new = [_row(name, model, size, flows, r) for (name, model), r in runs.items()]
+                _compare(new, hops)
+                for row in new:
+                    log(_row_text(row))
+                rows += new
     return {"bench": "fabric", "lab": "clos2 (labs/clos2: 4 leaves, 2 spines, 2 links per leaf-spine pair)",
-            "path": "srv1:nic0 -> leaf1 -> spine -> leaf2 -> srv3:nic0",
+            "path": "srv1:nic0 -> leaf1 -> spine -> leaf2 -> srv3:nic0", "hops": hops, "baseline": BASELINE,
             "sender": "trafgen (netsniff-ng), one process, UDP; counted at the receiving host port",
             "duration_s": duration_s, "repeat": repeat, "port_model_scale": scale,
             "port_model_speed_bps": int(400e9 * scale),
@@ -374,16 +395,26 @@ def bench_fabric(*, duration_s: float = 1.5, repeat: int = 3, scale: float = DEF
             "rows": rows}
 
 
-def _row(dataplane: str, model: str, size: int, flows: int, fast: list[dict], kernel: list[dict]) -> dict:
-    xdp_pps = _median([r["pps"] for r in fast])
-    kernel_pps = _median([r["pps"] for r in kernel])
-    return {"dataplane": dataplane, "port_model": model, "frame_bytes": size, "flows": flows,
-            "xdp_pps": xdp_pps, "kernel_pps": kernel_pps,
-            "xdp_bps": _median([r["bps"] for r in fast]), "kernel_bps": _median([r["bps"] for r in kernel]),
-            "ratio": xdp_pps / kernel_pps if kernel_pps else None,
-            "xdp_pps_per_cpu": _median_of(fast, "pps_per_cpu"), "kernel_pps_per_cpu": _median_of(kernel, "pps_per_cpu"),
-            "ratio_per_cpu": _ratio(_median_of(fast, "pps_per_cpu"), _median_of(kernel, "pps_per_cpu")),
-            "xdp_pps_runs": [round(r["pps"]) for r in fast], "kernel_pps_runs": [round(r["pps"]) for r in kernel]}
+def _row(name: str, model: str, size: int, flows: int, runs: list[dict]) -> dict:
+    per_cpu = _median_of(runs, "pps_per_cpu")
+    return {"dataplane": name, "label": VARIANTS[name], "port_model": model, "frame_bytes": size,
+            "flows": flows, "pps": _median([r["pps"] for r in runs]), "bps": _median([r["bps"] for r in runs]),
+            "pps_per_cpu": per_cpu, "ns_per_packet": 1e9 / per_cpu if per_cpu else None,
+            "pps_runs": [round(r["pps"]) for r in runs]}
+
+
+def _compare(rows: list[dict], hops: int) -> None:
+    """Ratios against the plain-Linux row of the same frame size and flows, and the CPU
+    cost of one hop: (ns per delivered packet - the matching one-veth ceiling's) / hops."""
+    by_name = {(r["dataplane"], r["port_model"]): r for r in rows}
+    base = by_name[(BASELINE, "-")]
+    for r in rows:
+        r["ratio"] = _ratio(r["pps"], base["pps"])
+        r["ratio_per_cpu"] = _ratio(r["pps_per_cpu"], base["pps_per_cpu"])
+        ceiling = by_name.get((DIRECT_OF.get(r["dataplane"], "direct"), "-"))
+        r["hop_ns"] = None
+        if "direct" not in r["dataplane"] and ceiling and r["ns_per_packet"] and ceiling["ns_per_packet"]:
+            r["hop_ns"] = (r["ns_per_packet"] - ceiling["ns_per_packet"]) / hops
 
 
 def _median_of(runs: list[dict], key: str) -> float | None:
@@ -396,5 +427,9 @@ def _ratio(a: float | None, b: float | None) -> float | None:
 
 
 def _row_text(row: dict) -> str:
-    return (f"{row['dataplane']} model {row['port_model']} {row['frame_bytes']} B x {row['flows']}: "
-            f"{row['xdp_pps'] / 1e3:.0f} vs kernel {row['kernel_pps'] / 1e3:.0f} kpps")
+    return (f"{row['label']} model {row['port_model']} {row['frame_bytes']} B x {row['flows']}: "
+            f"{row['pps'] / 1e3:.0f} kpps ({_fmt(row['ratio'])} x plain Linux)")
+
+
+def _fmt(value: float | None) -> str:
+    return f"{value:.2f}" if value is not None else "-"

@@ -2,6 +2,7 @@
 and reported in the README, never asserted as timings in tests)."""
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import statistics
@@ -12,7 +13,7 @@ from pathlib import Path
 from rich.table import Table
 
 from dataplane.agent.flows import FLOW_SAMPLE_SHIFT
-from dataplane.bench import deploy
+from dataplane.bench import deploy, fabricview
 from dataplane.bench.queue import bench_queue
 from dataplane.cli.bench_deploy import gpu_sizes, run_deploy
 from dataplane.cli.common import output_console, positive
@@ -54,16 +55,22 @@ def register(sub) -> None:
     tr.add_argument("--duration", type=positive(float), default=3.0, help="seconds per measurement")
     tr.add_argument("--json", action="store_true")
     tr.set_defaults(func=run_traffic)
-    fb = which.add_parser("fabric", help="leaf -> spine -> leaf forwarding rate, railab's XDP switches "
-                                          "vs Linux forwarding, side by side in one run")
+    fb = which.add_parser("fabric", help="leaf -> spine -> leaf forwarding rate: plain Linux forwarding "
+                                          "(the baseline), railab's XDP switches with the port model off "
+                                          "and on, and more, side by side in one run")
     fb.add_argument("--duration", type=positive(float), default=1.5, help="seconds per measurement")
     fb.add_argument("--repeat", type=positive(int), default=3,
-                    help="measurements per row and dataplane, alternating (median)")
-    fb.add_argument("--scale", type=positive(float), default=0.1,
-                    help="port model scale of the 'on' rows (400G ports x scale; default 0.1 = 40 Gb/s, "
-                         "faster than this machine pushes, so the model does not cap the rate)")
+                    help="measurements per row, all rows in turn (median)")
+    fb.add_argument("--scale", type=positive(float), default=1.0,
+                    help="port model scale of the 'on' rows (400G ports x scale; default 1: the model "
+                         "does its bookkeeping on every frame but never caps this machine's rate)")
+    fb.add_argument("--frames", type=_int_list, default=[64], metavar="B,..",
+                    help="frame sizes (default 64)")
+    fb.add_argument("--flows", type=_int_list, default=[1], metavar="N,..",
+                    help="flows by UDP source port (default 1)")
     fb.add_argument("--no-bare", action="store_true",
                     help="leave out the rows of the minimal XDP forwarder (the floor of XDP on veth)")
+    fb.add_argument("--no-generic", action="store_true", help="leave out the generic-mode XDP rows")
     fb.add_argument("--json", action="store_true")
     fb.set_defaults(func=run_fabric)
     q = which.add_parser("queue", help="TCP through the virtual and the real queue, slow and fast ports")
@@ -265,37 +272,13 @@ def run_fabric(args) -> int:
     if args.scale > 1:
         raise UsageError(f"--scale {args.scale:g}: must be at most 1 (the nominal port speed)")
     result = bench_fabric(duration_s=args.duration, repeat=args.repeat, scale=args.scale,
-                          bare=not args.no_bare,
-                          log=lambda text: print(text, file=sys.stderr, flush=True))
+                          bare=not args.no_bare, generic=not args.no_generic, sizes=args.frames,
+                          flows_list=args.flows, log=lambda text: print(text, file=sys.stderr, flush=True))
     if args.json:
         print(json.dumps(result, indent=2))
         return 0
-    m = result["machine"]
-    table = Table(title=f"railab bench fabric: {result['path']}, delivered at the receiver "
-                        f"(median of {result['repeat']} x {result['duration_s']:g} s, XDP and kernel alternating)")
-    for col in ("fast side", "port model", "frame", "flows", "fast", "kernel", "fast / kernel",
-                "kpps per CPU-s: fast", "kernel", "ratio", "fast runs kpps", "kernel runs kpps"):
-        table.add_column(col, justify="left" if col in ("fast side", "port model") else "right", no_wrap=True)
-    names = {"xdp": "railab XDP (native)", "xdp-generic": "railab XDP (generic)",
-             "bare": "bare XDP forwarder (native)", "bare-generic": "bare XDP forwarder (generic)",
-             "direct": "no switch (1 veth)"}
-    for r in result["rows"]:
-        rate = (lambda pps, bps: f"{pps / 1e3:,.0f} kpps" if r["frame_bytes"] < 1000 else f"{bps / 1e9:.2f} Gb/s")
-        table.add_row(names[r["dataplane"]],
-                      r["port_model"] if r["port_model"] != "on" else f"on (x{result['port_model_scale']:g})",
-                      f"{r['frame_bytes']} B", str(r["flows"]), rate(r["xdp_pps"], r["xdp_bps"]),
-                      rate(r["kernel_pps"], r["kernel_bps"]), _fmt_ratio(r["ratio"]),
-                      _fmt_kilo(r["xdp_pps_per_cpu"]), _fmt_kilo(r["kernel_pps_per_cpu"]),
-                      _fmt_ratio(r["ratio_per_cpu"]),
-                      " ".join(f"{x / 1e3:.0f}" for x in r["xdp_pps_runs"]),
-                      " ".join(f"{x / 1e3:.0f}" for x in r["kernel_pps_runs"]))
-    output_console().print(table)
-    print("kpps per CPU-s: packets delivered per second of CPU run by the sender (trafgen, in whose "
-          "softirqs the hops run) and the softirq threads; it does not depend on how much CPU the "
-          "machine's other load leaves")
-    print(f"port model on: {result['port_model_speed_bps'] / 1e9:g} Gb/s emulated ports (400G x "
-          f"{result['port_model_scale']:g}); {m['cpus']} CPUs, kernel {m['kernel']}, load average "
-          f"{m['loadavg_before'][0]:.1f} before, {m['loadavg_after'][0]:.1f} after")
+    output_console().print(fabricview.table(result))
+    print("\n".join(fabricview.notes(result)))
     return 0
 
 
@@ -406,10 +389,6 @@ def _fmt_ratio(value) -> str:
     return f"{value:.2f}" if value else "-"
 
 
-def _fmt_kilo(value) -> str:
-    return f"{value / 1e3:,.0f}" if value else "-"
-
-
 def run_ui(args) -> int:
     from dataplane.bench.ui import bench_ui   # deferred: it imports aiohttp
 
@@ -430,3 +409,14 @@ def run_ui(args) -> int:
                   agent, f"{result['window_s']} s", " ".join(f"{x:g}" for x in result["loadavg"]))
     output_console().print(table)
     return 0
+
+
+def _int_list(text: str) -> list[int]:
+    """argparse type: '64,1500' -> [64, 1500], each above zero."""
+    try:
+        values = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: a comma-separated list of whole numbers") from None
+    if not values or min(values) <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: each must be more than 0")
+    return values
