@@ -95,7 +95,11 @@ def test_flow_granular_arn_moves_only_the_caught_flows(lab):
     assert moved <= set(on_hot), "a flow that never crossed the hot link was moved"
     assert changed == moved, "exactly the caught flows change path; every other keeps its own"
     assert all(hop[0] != HOT[0] for sp in moved for hop in after[sp]), f"a moved flow still crosses {HOT[0]}"
-    assert len(set(on_hot) - moved) == 1, "one of the hot link's flows fits under its limit and stays"
+    # the link carries two flows at their nominal rate: moving the heaviest first until
+    # the rest is under 0.9 of it leaves one -- or two, when the Python stream ran below
+    # 90 % of its rate (measured with another process keeping a core busy); the load
+    # check below holds either way
+    assert 1 <= len(set(on_hot) - moved) <= 2, "the hot link keeps the flows that fit under its limit"
     assert load < UTIL_LIMIT
     assert left == ([], []), f"entries left after the hold: {left}"
     assert "granularity=flow" in shown and shown.count("flow moved leaf1") == len(moved), shown
