@@ -21,7 +21,9 @@ before they send, with their announced rate.
 
 Entries expire when their flow ends: no new bytes for EXPIRE_INTERVALS intervals (an
 announced flow that has not sent yet is kept until its start plus ANNOUNCED_WAIT_S: hosts
-announce before they have built their frames).
+announce before they have built their frames). A measured flow's entries over a link that
+died go at the next round: a heavy flow is moved off it, one that no longer reads as heavy
+(its frames die there) is unplaced.
 """
 from __future__ import annotations
 
@@ -193,7 +195,7 @@ class Navigator:
                     entry["links"][role] = (f.switch, f.port)
                     if role == "leaf":
                         entry["src_leaf"], entry["bytes"] = f.switch, f.bytes
-            # expire what ended; forget placements over dead links
+            # expire what ended
             for five, placed in list(self.placed.items()):
                 entry = seen.get(five)
                 # a few frames (a path trace runs the program on one) do not start a flow
@@ -210,6 +212,15 @@ class Navigator:
                     self._event("expired", five, placed.path, None)
             heavy = {five for five, entry in seen.items() if "src_leaf" in entry and
                      entry["frames"] >= MIN_FRAMES and entry["rate"] >= MIN_SHARE * min(self._speed(*l) for l in entry["links"].values())}
+            # a placement over a dead link whose flow no longer reads as heavy (its frames
+            # die there) would wait out its expiry pointing at the dead link; it goes now
+            # (a heavy one is moved by the plan below)
+            for five, placed in list(self.placed.items()):
+                if five not in heavy and not placed.announced and \
+                        not all(self._link_alive(link) for link in placed.path):
+                    self._uninstall(placed)
+                    del self.placed[five]
+                    self._event("unplaced", five, placed.path, None)
             # what the heavy flows sent on each link this round -- also on links they have
             # just left -- is theirs, not background (else a moved flow's old link looks
             # busy for a round and the next plan moves others away from it)
