@@ -3,10 +3,12 @@ patterns is in dataplane.traffic.workload's doc)."""
 from __future__ import annotations
 
 import random
+from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Sequence
 
 from dataplane.errors import WorkloadError
+
 
 @dataclass(frozen=True)
 class Nic:
@@ -52,7 +54,7 @@ def _permutation(rng: random.Random, nics: list[tuple[Host, Nic]], source: str) 
     the largest host's NIC count, which leaves every host's group when no host holds
     more than half of the NICs (if one does, no such permutation exists)."""
     n = len(nics)
-    per_host = max((sum(1 for h, _ in nics if h is host) for host, _ in nics), default=0)
+    per_host = max(Counter(id(h) for h, _ in nics).values(), default=0)
     if 2 * per_host > n:
         raise WorkloadError(f"{source}: pattern.type: 'permutation' needs every host to hold "
                             f"at most half of the NICs it draws from (one holds {per_host} of {n})")
@@ -79,7 +81,7 @@ def pairs(wl: Any, hosts: Sequence[Host]) -> list[Pair]:
                             f"got {len(hosts)}")
     rails = pat.get("rails", "all")
     sel = _rails(hosts) if rails in ("all", "same") else list(rails)
-    pairs: list[Pair] = []
+    found: list[Pair] = []
     if kind == "ring-allreduce":
         all_rails = _rails(hosts)
         for r in sel:
@@ -91,10 +93,10 @@ def pairs(wl: Any, hosts: Sequence[Host]) -> list[Pair]:
                 dh, dn = members[(i + 1) % n]
                 if pat.get("shift"):    # across rails: to the next host's NIC on rail r + shift
                     dn = dh.nic_on_rail(all_rails[(all_rails.index(r) + int(pat["shift"])) % len(all_rails)]) or dn
-                pairs.append(Pair(h, nic, dh, dn))
+                found.append(Pair(h, nic, dh, dn))
                 if pat.get("bidirectional") and n > 2:
                     ph, pn = members[(i - 1) % n]
-                    pairs.append(Pair(h, nic, ph, pn))
+                    found.append(Pair(h, nic, ph, pn))
     elif kind == "all-to-all":
         for h in hosts:
             for nic in h.nics:
@@ -111,7 +113,7 @@ def pairs(wl: Any, hosts: Sequence[Host]) -> list[Pair]:
                         src = nic
                         if pat.get("pxn") and dn.rail != nic.rail:
                             src = h.nic_on_rail(dn.rail) or nic
-                        pairs.append(Pair(h, src, d, dn))
+                        found.append(Pair(h, src, d, dn))
     elif kind == "cross-rail":
         shift = int(pat.get("shift", 1))
         all_rails = _rails(hosts)
@@ -128,9 +130,9 @@ def pairs(wl: Any, hosts: Sequence[Host]) -> list[Pair]:
                 if dn is None:
                     continue
                 src = (h.nic_on_rail(dr) or nic) if pat.get("pxn") else nic
-                pairs.append(Pair(h, src, d, dn))
+                found.append(Pair(h, src, d, dn))
     elif kind == "permutation":
-        pairs = _permutation(random.Random(f"{wl.seed}/permutation"),
+        found = _permutation(random.Random(f"{wl.seed}/permutation"),
                              [(h, nic) for h in hosts for nic in h.nics if nic.rail in sel], wl.source)
     else:  # flows
         for i, f in enumerate(pat["flows"]):
@@ -147,5 +149,5 @@ def pairs(wl: Any, hosts: Sequence[Host]) -> list[Pair]:
                     raise WorkloadError(f"{wl.source}: pattern.flows[{i}].{k}: host "
                                         f"{hn!r} has no NIC {nk!r}") from None
                 ends.append((h, nic))
-            pairs.append(Pair(ends[0][0], ends[0][1], ends[1][0], ends[1][1], f))
-    return pairs
+            found.append(Pair(ends[0][0], ends[0][1], ends[1][0], ends[1][1], f))
+    return found
