@@ -31,7 +31,14 @@ from dataplane.traffic import workload as wl
 from dataplane.traffic.hostrun import flow_to_json  # noqa: F401 (re-exported)
 from dataplane.traffic.transport import DcqcnParams
 
-CLOSED_LOOP_LIMIT_S = 20.0  # a reliable sender gets this long after the run to finish its messages
+CLOSED_LOOP_LIMIT_S = 20.0  # a reliable sender gets this long after the run to finish its messages,
+CLOSED_LOOP_LIMIT_RTOS = 8  # and at least this many retransmission timeouts (at slow scales an
+                            # RTO alone stretches past 20 s of wall time)
+
+
+def closed_loop_limit_s(rto_us: float, scale: float | None) -> float:
+    """Wall seconds a reliable sender may run past the experiment to finish its messages."""
+    return max(CLOSED_LOOP_LIMIT_S, CLOSED_LOOP_LIMIT_RTOS * timescale.wall_seconds(rto_us * 1e-6, scale))
 RECEIVER_GRACE_S = 0.4     # for the receivers to read what the last hop delivered
 GO_LEAD_S = 0.05          # senders are told to start this far ahead: all hosts are awake by then
 DRAIN_POLL_S = 0.02
@@ -320,7 +327,7 @@ def run_once(spec: LabSpec, experiment: Experiment, flows: list[wl.Flow], label:
             if pause_plan:      # PFC: the host's NICs hold a priority their switch paused
                 plan["pfc"] = {**pause_plan, "nominal_bps": {i.name: i.speed_bps for i in by_name[host].interfaces}}
             if cfg.closed_loop:
-                plan.update(transport=cfg.to_dict(), scale=scale, limit_s=CLOSED_LOOP_LIMIT_S,
+                plan.update(transport=cfg.to_dict(), scale=scale, limit_s=closed_loop_limit_s(cfg.rto_us, scale),
                             sample_s=experiment.sample_s,
                             line_bps={i.name: i.speed_bps * scale for i in by_name[host].interfaces})
             proc.stdin.write(json.dumps(plan) + "\n")
@@ -353,7 +360,7 @@ def run_once(spec: LabSpec, experiment: Experiment, flows: list[wl.Flow], label:
         for host in python_senders:
             proc = procs[host].sender
             out, err = proc.stdout.read(), proc.stderr.read()
-            proc.wait(timeout=experiment.duration_s + CLOSED_LOOP_LIMIT_S + 60)
+            proc.wait(timeout=experiment.duration_s + closed_loop_limit_s(cfg.rto_us, scale) + 60)
             if proc.returncode != 0:
                 raise RuntimeError(f"sender in {host} failed: {err.strip().splitlines()[-1] if err.strip() else '?'}")
             answer = json.loads(out)

@@ -6,6 +6,8 @@ import time
 from pathlib import Path
 from types import SimpleNamespace
 
+import pytest
+
 from fakedp import programmed
 
 from dataplane.agent.protocol import CounterSnapshot
@@ -151,3 +153,10 @@ def test_a_deployed_lab_from_another_topology_is_named_not_silently_used():
     assert session.topology_difference(spec("rail-optimized"), spec("rail-optimized")) is None
     text = session.topology_difference(spec("rail-optimized"), spec("clos2"))
     assert text and text.startswith("nodes missing: ")
+
+
+def test_a_reliable_senders_grace_after_the_run_covers_its_retransmission_timeouts():
+    """20 s of wall time, or 8 RTOs where the scale stretches an RTO past 2.5 s."""
+    assert runner.closed_loop_limit_s(12.5, 1.0) == runner.CLOSED_LOOP_LIMIT_S
+    assert runner.closed_loop_limit_s(12.5, 3.125e-6) == pytest.approx(32.0)     # an RTO = 4 s
+    assert runner.closed_loop_limit_s(12.5, 6.25e-7) == pytest.approx(160.0)     # an RTO = 20 s
