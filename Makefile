@@ -12,7 +12,7 @@ setup:
 	@bash scripts/setup.sh
 
 test: setup
-	$(PY) -m pytest -ra tests
+	$(PY) -m pytest -ra --durations=15 tests
 
 test-unit: setup
 	$(PY) -m pytest -ra tests/unit
