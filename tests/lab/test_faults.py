@@ -59,12 +59,36 @@ def _members_used(fab, stream, packets: int) -> dict:
     return delta(member_packets(fab, "leaf1", DST_A[1]), before)
 
 
+def _busiest_spine_port(lab, fab, stream) -> tuple[str, str, list[str]]:
+    """(spine, its port towards DST_A's leaf, leaf1's uplinks to that spine) for the spine
+    port ECMP gives the most of stream's flows: at least a quarter of them, at 4000
+    packets/s of 1000 bytes three times what the degraded port carries. The flows'
+    placement follows the hash seed, which comes from the lab's per-run name: a test that
+    degraded spine1:down3 whatever the placement failed whenever one flow of 16 crossed it
+    (250 packets/s, under the degraded port's 312)."""
+    spines = sorted({i.peer.split(":")[0] for i in lab.node("leaf1").interfaces if i.name.startswith("up")})
+    flows_on: dict[tuple[str, str], int] = {}
+    for f in range(FLOWS):
+        before = {sp: member_packets(fab, sp, DST_A[1]) for sp in spines}
+        for s in range(5):
+            stream.send_one(f, 10**9 + s)
+        time.sleep(0.01)
+        moved = {(sp, port): n for sp in spines
+                 for port, n in delta(member_packets(fab, sp, DST_A[1]), before[sp]).items()}
+        busiest = max(moved, key=moved.get)
+        flows_on[busiest] = flows_on.get(busiest, 0) + 1
+    spine, port = max(flows_on, key=flows_on.get)
+    uplinks = [i.name for i in lab.node("leaf1").interfaces if i.peer.split(":")[0] == spine]
+    return spine, port, uplinks
+
+
 def _reaction_ms(lab, t_ns, switch) -> tuple[float, float]:
     """(the kernel's part, the agent's part) of a port-down reaction: fault call -> the
     agent's netlink receive, and that receive -> its map write. The kernel's part is the
     link's own teardown (dev_close waits for an RCU grace period before netlink hears of
-    it, and frames flow until then): 0.4-2 ms on a quiet machine, up to 10.7 ms with a
-    core kept busy."""
+    it, and frames flow until then): 0.4-2 ms on a quiet machine, 0.4-43 ms with a core
+    kept busy. It is the emulated link's, not the fabric's, so only the agent's part is
+    bounded; the loss window shows what the traffic saw."""
     ev = [e for e in faults.events(lab, t_ns) if e["event"] == "port_down" and e["switch"] == switch]
     return (ev[0]["t_rx_ns"] - t_ns) / 1e6, (ev[0]["t_map_ns"] - ev[0]["t_rx_ns"]) / 1e6
 
@@ -101,7 +125,7 @@ def test_leaf_uplink_down_fast_failover(lab, fab, mode):
     window = res.loss_window_ms()
     print(f"{mode}: reaction {kernel:.2f} + {agent:.2f} ms, lost {len(res.lost)}/{len(sent)}, "
           f"window {window:.2f} ms")
-    assert agent < 10 and kernel + agent < 25
+    assert agent < 10
     assert window < 10, f"loss window {window:.1f} ms"
     assert res.lost_between(0, mark["t"]) == 0
     if mode == "ecmp":
@@ -223,15 +247,17 @@ def test_degraded_spine_downlink_triggers_arn(lab, fab, tmp_path):
                          arn_queue_bytes=8192)
     leaf1_ns = lab.node("leaf1").netns
     pcap = tmp_path / "arn.pcap"
-    cap = subprocess.Popen(["ip", "netns", "exec", leaf1_ns, "tcpdump", "-i", "up1", "-U", "-w",
+    stream, rx = _stream(lab, DST_A, 9004, size=1000)
+    spine, port, uplinks = _busiest_spine_port(lab, fab, stream)
+    degraded = f"{spine}:{port}"
+    cap = subprocess.Popen(["ip", "netns", "exec", leaf1_ns, "tcpdump", "-i", "any", "-U", "-w",
                             str(pcap), "udp", "port", "4792"],
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    stream, rx = _stream(lab, DST_A, 9004, size=1000)
     samples = {}
 
     def sample(name):
         def f():
-            c = fab.counters("spine1")["switches"]["spine1"]["ports"]["down3"]
+            c = fab.counters(spine)["switches"][spine]["ports"][port]
             samples[name] = (c["tx_packets"], c["queue_bytes"], time.monotonic_ns())
         return f
 
@@ -239,7 +265,7 @@ def test_degraded_spine_downlink_triggers_arn(lab, fab, tmp_path):
         time.sleep(0.5)                          # tcpdump ready
         base = faults.status(lab.name)["counters"]
         paced(stream.send_one, FLOWS, 4000, 0.9,
-                     [(0.1, lambda: faults.degrade(lab.name, "spine1:down3", "10G")),
+                     [(0.1, lambda: faults.degrade(lab.name, degraded, "10G")),
                       (0.15, sample("congested")), (0.25, sample("avoid1")), (0.35, sample("avoid2"))])
         rx.stop()
     finally:
@@ -249,20 +275,21 @@ def test_degraded_spine_downlink_triggers_arn(lab, fab, tmp_path):
         cap.wait()
     st = faults.status(lab.name)
     c = st["counters"]
-    arn_sent = c["spine1"].get("arn_sent", 0) - base.get("spine1", {}).get("arn_sent", 0)
+    arn_sent = c[spine].get("arn_sent", 0) - base.get(spine, {}).get("arn_sent", 0)
     arn_rx = c["leaf1"].get("arn_received", 0) - base.get("leaf1", {}).get("arn_received", 0)
     out = subprocess.run(["tcpdump", "-nn", "-r", str(pcap)], capture_output=True, text=True).stdout
     captured = [ln for ln in out.splitlines() if ".4792" in ln]
-    print(f"ARN sent {arn_sent}, received by leaf1 {arn_rx}, captured on leaf1:up1 {len(captured)}; "
+    print(f"{degraded} degraded: ARN sent {arn_sent}, received by leaf1 {arn_rx}, captured in "
+          f"leaf1 {len(captured)}; "
           f"samples {samples}")
     assert arn_sent >= 3 and arn_rx >= 1
     assert captured, "ARN packets must be visible on the wire"
-    # while leaf1 avoids spine1 for leaf2, the congested port's queue drains (what is
+    # while leaf1 avoids the spine for leaf2, the congested port's queue drains (what is
     # left is less than one of the stream's frames: a stray frame, not a backlog)
     assert samples["avoid2"][1] < 1000
     assert samples["avoid2"][0] - samples["avoid1"][0] < 20
     # the path returns after the hold time once the congestion is gone
-    faults.restore(lab.name, "spine1:down3")
+    faults.restore(lab.name, degraded)
     time.sleep(0.45)
     st = faults.status(lab.name)
     assert not [e for e in st["exclusions"] if e["switch"] == "leaf1"]
@@ -275,7 +302,7 @@ def test_degraded_spine_downlink_triggers_arn(lab, fab, tmp_path):
     finally:
         stream.close()
     d = delta(member_packets(fab, "leaf1", DST_A[1]), before)
-    assert d["up1"] + d["up2"] > 0, f"spine1 path not used again: {d}"
+    assert sum(d[u] for u in uplinks) > 0, f"the {spine} path not used again: {d}"
 
 
 @TIMING
