@@ -5,8 +5,10 @@ Each run is the shipped experiments/link-failure-spine.yml (spine1 loses every l
 one leaf, so it cannot route around the cut itself; steady traffic across the fabric)
 under one `arn_path`, the two paths taking turns. Per path (and mode) it reports:
   reaction: the data plane's own stamps, the first packet that met the dead group on the
-            spine -> the slowest upstream's first packet that avoided it (wall ms;
+            spine -> the first upstream's first packet that avoided it (wall ms;
             dataplane.report.faultruns.reaction_from_stamps), p50 and max over the runs;
+            with the spine's first notice and the upstream's first exclusion (data-plane
+            path: how long the data plane itself took) beside it;
   lost:     packets lost per affected flow (flows whose path crossed the cut), the worst
             flow of each run.
 With busy, the same again while a spinner process this bench starts keeps one core busy.
@@ -45,11 +47,24 @@ def _one(exp, lab_name: str) -> list[dict]:
         out.append({"mode": label, "arn_path": results.get("arn_path"),
                     "reaction_ms": max(r["reaction_us"] for r in reactions) / 1000 if reactions else None,
                     "notice_ms": next((r["notice_us"] / 1000 for r in reactions if r["notice_us"] is not None), None),
+                    "excluded_ms": _excluded_ms(run),
                     "upstreams": sorted({u for r in reactions for u in r["per_upstream_us"]}),
                     "affected_flows": len(hit), "lost_per_flow_max": max(lost, default=0),
                     "lost_per_flow_mean": statistics.fmean(lost) if lost else 0.0,
                     "error": run.get("event_error")})
     return out
+
+
+def _excluded_ms(run: dict) -> float | None:
+    """The reporter's first dead packet -> the first exclusion an upstream installed (the
+    data-plane path's own work, before any packet of the upstream's traffic comes by)."""
+    for e in run.get("events") or []:
+        stamps = e.get("stamps") or {}
+        dead = [s["dead_ns"] for s in stamps.values() if s.get("dead_ns")]
+        excl = [s["excl_ns"] for s in stamps.values() if dead and s.get("excl_ns", 0) >= min(dead)]
+        if excl:
+            return (min(excl) - min(dead)) / 1e6
+    return None
 
 
 def _spinner() -> subprocess.Popen:
@@ -71,6 +86,7 @@ def _summary(rows: list[dict]) -> list[dict]:
                "reaction_p50_ms": statistics.median(reactions) if reactions else None,
                "reaction_max_ms": max(reactions) if reactions else None,
                "reaction_missing": len(mine) - len(reactions),
+               "excluded_max_ms": max((r["excluded_ms"] for r in mine if r["excluded_ms"] is not None), default=None),
                "lost_per_flow_by_run": lost, "affected_flows": [r["affected_flows"] for r in mine]}
         if path == "dataplane":
             row["met"] = (bool(reactions) and not row["reaction_missing"]

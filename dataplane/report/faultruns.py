@@ -122,8 +122,10 @@ def reaction_from_stamps(stamps: dict | None) -> dict | None:
     paths. The reporter is the switch whose packet first met a group with no live member;
     the upstreams are the other switches whose first packet steered by an avoid mask came
     at or after that (an earlier one was steered by something else). reaction_us = the
-    slowest upstream's first avoiding packet - the reporter's first dead packet;
-    per_upstream_us the same per upstream; notice_us = the reporter's first data-plane
+    first upstream's first avoiding packet - the reporter's first dead packet (the packet
+    that met the dead group came from an upstream, whose next packet there avoids it; an
+    upstream that sends there only later shows its own traffic's timing, not the reaction:
+    slowest_us, per_upstream_us); notice_us = the reporter's first data-plane
     notice - its first dead packet (None on the agent path, whose notices the agent sends).
     None when no packet met a dead group or no upstream avoided it."""
     dead = {sw: s["dead_ns"] for sw, s in (stamps or {}).items() if s.get("dead_ns")}
@@ -136,7 +138,8 @@ def reaction_from_stamps(stamps: dict | None) -> dict | None:
     if not upstream:
         return None
     notice = stamps[reporter].get("notice_ns") or 0
-    return {"reporter": reporter, "reaction_us": max(upstream.values()), "per_upstream_us": upstream,
+    return {"reporter": reporter, "reaction_us": min(upstream.values()), "slowest_us": max(upstream.values()),
+            "per_upstream_us": upstream,
             "notice_us": (notice - t0) / 1000 if notice >= t0 else None}
 
 
@@ -166,8 +169,8 @@ def fault_metrics(run: dict) -> dict:
       ``failover_ms`` = the largest fault -> mask write; ``notice_ms`` = the largest
       notice send -> upstream map write (None: no notices).
     Data plane (its own stamps, reaction_from_stamps over the events' "stamps"):
-      ``reaction_ms`` = the largest first packet meeting the dead group -> the upstream's
-      first packet avoiding it, wall time; ``reaction_fabric_ms`` the same in real-fabric
+      ``reaction_ms`` = the largest (over the failures) first packet meeting the dead group
+      -> the first upstream's first packet avoiding it, wall time; ``reaction_fabric_ms`` the same in real-fabric
       time (/ the lab's stretch; None when the run was not scaled).
     Plus ``flows_on_failed``, ``loss_on_failed``, ``loss_elsewhere`` and
     ``timing_unknown`` (flows whose network-side figures are unknown)."""

@@ -54,7 +54,7 @@ FAULT_CAPTION = (
     "interval, recovery = first lost -> next delivered (per fault event, worst flow); "
     "host gap: longest pause between deliveries at the receivers (includes host scheduling); "
     "failover: fault -> agent's mask write; notice: notice sent -> upstream map write; "
-    "reaction: the data plane's first packet into the dead group -> the slowest upstream's "
+    "reaction: the data plane's first packet into the dead group -> an upstream's "
     "first packet avoiding it (wall, and real-fabric time at the lab's scale); "
     "- = unknown or none")
 LATE_S = 0.1      # faults made later than this after their scheduled time are pointed out

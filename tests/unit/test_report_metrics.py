@@ -314,7 +314,8 @@ def stamp(dead=0, notice=0, excl=0, avoid=0) -> dict:
 
 
 def test_reaction_from_the_data_planes_stamps():
-    """spine1 met the dead group first; leaf1 and leaf2 avoided it 0.3 / 0.8 ms later; leaf3's
+    """spine1 met the dead group first; leaf1 and leaf2 avoided it 0.3 / 0.8 ms later (the
+    reaction is the first of them); leaf3's
     avoid stamp is older than the failure (steered by something else): not an upstream."""
     stamps = {"spine1": stamp(dead=T_DOWN + 2 * MS, notice=T_DOWN + 2 * MS + 20_000),
               "leaf1": stamp(excl=T_DOWN + 2 * MS + 250_000, avoid=T_DOWN + 2 * MS + 300_000),
@@ -322,12 +323,14 @@ def test_reaction_from_the_data_planes_stamps():
               "leaf3": stamp(avoid=T_DOWN + MS),
               "leaf4": stamp(dead=T_DOWN + 3 * MS)}
     r = faultruns.reaction_from_stamps(stamps)
-    assert r["reporter"] == "spine1" and r["reaction_us"] == pytest.approx(800)
+    assert r["reporter"] == "spine1" and r["reaction_us"] == pytest.approx(300)
+    assert r["slowest_us"] == pytest.approx(800)
     assert r["per_upstream_us"] == {"leaf1": pytest.approx(300), "leaf2": pytest.approx(800)}
     assert r["notice_us"] == pytest.approx(20)
     # the agent path: no data-plane notice; no dead packet or no avoiding upstream: no figure
     assert faultruns.reaction_from_stamps({"spine1": stamp(dead=T_DOWN), "leaf1": stamp(avoid=T_DOWN + MS)}) \
-        == {"reporter": "spine1", "reaction_us": pytest.approx(1000), "per_upstream_us": {"leaf1": pytest.approx(1000)},
+        == {"reporter": "spine1", "reaction_us": pytest.approx(1000), "slowest_us": pytest.approx(1000),
+            "per_upstream_us": {"leaf1": pytest.approx(1000)},
             "notice_us": None}
     assert faultruns.reaction_from_stamps({"leaf1": stamp(avoid=T_DOWN)}) is None
     assert faultruns.reaction_from_stamps({"spine1": stamp(dead=T_DOWN)}) is None
