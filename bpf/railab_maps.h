@@ -104,13 +104,15 @@ BPF_ARRAY(pfc_port, struct pfc_port, MAX_PORTS);
  *   the last notice sent for it (the rate limit).
  * arn_excl: LPM trie, struct route_key {32 + plen, switch id big-endian, prefix} -> struct
  *   arn_excl {group, members to avoid, expiry per member}.
- * arn_stats: PERCPU, key ARN_S_* -> __u64. */
+ * arn_stats: PERCPU, key ARN_S_* -> __u64.
+ * arn_stamps: key switch id -> struct arn_stamps (first-event times; the agent clears). */
 BPF_ARRAY(arn_cfg, struct arn_cfg, 1);
 BPF_ARRAY(arn_ports, struct arn_port, MAX_PORTS);
 BPF_ARRAY(arn_switch, struct arn_switch, MAX_SWITCHES);
 BPF_TABLE("lru_hash", struct arn_sent_key, __u64, arn_sent, MAX_ARN_SENT);
 BPF_LPM_TRIE(arn_excl, struct route_key, struct arn_excl, MAX_ARN_EXCL);
 BPF_PERCPU_ARRAY(arn_stats, __u64, ARN_STAT_MAX);
+BPF_ARRAY(arn_stamps, struct arn_stamps, MAX_SWITCHES);
 /* arn_progs: the notice programs xdp_switch tail-calls (ARN_PROG_*), installed by the agent
  * (dataplane/xdp/switch.py) after the load: each has a stack and verifier budget of its own. */
 BPF_PROG_ARRAY(arn_progs, ARN_PROGS);

@@ -286,6 +286,19 @@ struct arn_switch {
     __u64 seq;            /* last notice sequence number sent by the switch */
 };
 
+/* value of `arn_stamps` (ARRAY, key: switch id): when the switch first did each step of a
+ * reaction to a remote failure, bpf_ktime_get_ns() (CLOCK_MONOTONIC); 0 = not since the
+ * agent last cleared the entry (the data path writes only a 0, so the first one stays).
+ * The same stamps serve both notice paths: the reaction time is the upstream's avoid_ns
+ * minus the reporter's dead_ns (dataplane/report/faultruns.py reaction_from_stamps). */
+struct arn_stamps {
+    __u64 dead_ns;        /* a packet met a group with no live member (DROP_MEMBERS_DOWN) */
+    __u64 notice_ns;      /* xdp_notice_tx sent a notice */
+    __u64 excl_ns;        /* xdp_notice_rx installed an exclusion (a WITHDRAW) */
+    __u64 avoid_ns;       /* a packet was forwarded under an avoid mask that took a live
+                           * member away (the agent's route avoid mask or an exclusion) */
+};
+
 /* key of `arn_sent` (LRU hash) -> __u64 bpf_ktime_get_ns() of the last notice sent */
 struct arn_sent_key {
     __u32 switch_id;      /* host order */

@@ -706,6 +706,20 @@ static __always_inline void rl_arn_stat(__u32 key)
         *c += 1;
 }
 
+/* The first time (since the agent cleared them) switch_id did a step of a reaction: the
+ * stamp's 0 becomes now, by compare-and-swap, so a later packet (or another CPU) never
+ * moves it. Called off the common path only: a dead group, a notice, an avoid mask. */
+static __always_inline struct arn_stamps *rl_stamps(__u32 switch_id)
+{
+    return arn_stamps.lookup(&switch_id);
+}
+
+#define RL_STAMP(switch_id, field, nowp) do {                                          \
+        struct arn_stamps *st_ = rl_stamps(switch_id);                              \
+        if (st_ && !*(volatile __u64 *)&st_->field)                                  \
+            __sync_val_compare_and_swap(&st_->field, 0, rl_now(nowp));               \
+    } while (0)
+
 /* Members (bit i) of grp whose egress port is slot: the members a notice arriving on that
  * port excludes. Branch-free over every member (see rl_excl_live). */
 static __always_inline __u64 rl_members_by_slot(const struct group *grp, __u32 slot)
@@ -896,6 +910,7 @@ int xdp_notice_tx(struct xdp_md *ctx)
     h->metric = 0;
     h->port = rl_htonl(ifindex);
     rl_arn_stat(ARN_S_SENT);
+    RL_STAMP(switch_id, notice_ns, nowp);
     if (ps) {
         ps->tx_packets++;
         ps->tx_bytes += ARN_FRAME_LEN;
@@ -988,6 +1003,7 @@ int xdp_notice_rx(struct xdp_md *ctx)
                 __sync_fetch_and_add(&as->excl, 1);
         }
         rl_arn_stat(ARN_S_WITHDRAW_RX);
+        RL_STAMP(switch_id, excl_ns, nowp);
     } else {
         if (same && e->group_id == rv->group_id) {
             e->avoid &= ~bits;   /* the others keep their expiry */
@@ -1169,12 +1185,16 @@ route:
     dead = grp->down_mask;
     if (!(all & ~dead)) {   /* nowhere to go: dropped, and maybe a notice upstream */
         rl_count_drop(ctx, ps, DROP_MEMBERS_DOWN);
+        RL_STAMP(switch_id, dead_ns, &now);
         if (rl_notice_wanted(slot))
             arn_progs.call(ctx, ARN_PROG_TX);
         return rl_exit(ctx, XDP_DROP);
     }
-    if (all & ~(dead | avoid))
+    if (all & ~(dead | avoid)) {
+        if (avoid & all & ~dead)   /* the mask steers this packet: the reaction's last step */
+            RL_STAMP(switch_id, avoid_ns, &now);
         dead |= avoid;
+    }
     live = all & ~dead;
 
     fields = grp->hash_fields;

@@ -176,6 +176,9 @@ class KernelSwitches:
     def port_states(self, switch=None):
         refuse("the port state masks")
 
+    def reaction_stamps(self, clear=False):
+        refuse("the reaction stamps")
+
 
 def _read_switch(node, snmp: bool = True) -> tuple[dict, dict]:
     """A switch namespace's links by ifindex and its IP counters (/proc/net/snmp)."""

@@ -41,6 +41,7 @@ class SwitchProgrammer:
         self.tm_add, self.tm_del, self.tm_list = self.tm.tm_add, self.tm.tm_del, self.tm.tm_list
         self.trace, self.counters, self.port_load = self.telemetry.trace, self.telemetry.counters, self.telemetry.port_load
         self.port_states, self.switch_reset = self.telemetry.port_states, self.telemetry.switch_reset
+        self.reaction_stamps = self.telemetry.reaction_stamps
 
     @property
     def port_model(self) -> dict:

@@ -170,6 +170,14 @@ class Events(Request):
 
 
 @dataclass
+class ReactionStamps(Request):
+    """Each switch's reaction stamps (dataplane.xdp.tables.notices.reaction_stamps); clear:
+    start them over after reading."""
+    op: ClassVar[str] = "reaction_stamps"
+    clear: bool | None = None
+
+
+@dataclass
 class HoldPorts(Request):
     op: ClassVar[str] = "hold_ports"
     ifindexes: list = field(default_factory=list)
@@ -215,7 +223,7 @@ class NavAnnounce(Request):
 
 REQUESTS: dict[str, type[Request]] = {cls.op: cls for cls in (
     Counters, Trace, LbSet, LbShow, LbRestore, PortModel, TmAdd, TmDel, TmList, PortSpeed,
-    SwitchReset, PortStates, PortLoad, ArnConfig, ArnStatus, Events, HoldPorts, ReleasePorts,
+    SwitchReset, PortStates, PortLoad, ArnConfig, ArnStatus, Events, ReactionStamps, HoldPorts, ReleasePorts,
     Flows, NavStart, NavStop, NavStatus, NavAnnounce)}
 
 

@@ -91,6 +91,7 @@ class ControlServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
             proto.SwitchReset: self._switch_reset,
             proto.PortStates: lambda r: p.port_states(r.switch),
             proto.PortLoad: lambda r: p.port_load(r.switch),
+            proto.ReactionStamps: lambda r: p.reaction_stamps(bool(r.clear)),
         }
         self.unlocked: dict[type, Callable] = {
             proto.ArnConfig: lambda r: self._monitor().configure(**r.fields()),

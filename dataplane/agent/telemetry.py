@@ -121,6 +121,13 @@ class Telemetry:
         node = self.spec.select_switches(switch, None)[0]
         return self.dp.reset_switch_state(node.switch_id)
 
+    def reaction_stamps(self, clear: bool = False) -> dict[str, dict[str, int]]:
+        """{switch: {dead_ns, notice_ns, excl_ns, avoid_ns}} for the switches with any stamp
+        (dataplane.xdp.tables.notices.reaction_stamps); clear: every switch starts over."""
+        names = {n.switch_id: n.name for n in self.spec.switches}
+        got = self.dp.reaction_stamps(sorted(names), clear=clear)
+        return {names[sw]: st for sw, st in got.items() if any(st.values())}
+
     def port_states(self, switch: str | None = None) -> dict:
         return {n.name: {i.name: self.dp.port_is_up(i.ifindex) for i in n.interfaces}
                 for n in self.spec.switches if switch in (None, n.name)}

@@ -15,6 +15,7 @@ from rich.table import Table
 from dataplane.agent.flows import FLOW_SAMPLE_SHIFT
 from dataplane.bench import deploy, fabricview
 from dataplane.bench.queue import bench_queue
+from dataplane.cli import bench_arn
 from dataplane.cli.bench_deploy import gpu_sizes, run_deploy
 from dataplane.cli.common import output_console, positive
 from dataplane.errors import UsageError
@@ -112,6 +113,7 @@ def register(sub) -> None:
     u.add_argument("--lab", help="measure on this deployed lab instead of deploying the 56-node one")
     u.add_argument("--json", action="store_true")
     u.set_defaults(func=run_ui)
+    bench_arn.register(which)
 
 
 # ---------------------------------------------------------------- bench dataplane

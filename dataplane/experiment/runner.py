@@ -118,6 +118,7 @@ def announcements(flows: list[wl.Flow]) -> list[dict]:
 
 _UNDO = {"link-down": "link-up", "switch-down": "switch-up", "plane-down": "plane-up",
          "degrade": "restore"}
+FAILURES = ("link-down", "switch-down", "plane-down")   # what the reaction stamps measure
 
 
 class _RunClock(threading.Thread):
@@ -151,6 +152,7 @@ class _RunClock(threading.Thread):
         self.pause_frames_at: list[int] = []        # PFC frames all switch ports had sent by then
         self.sampled = False
         self.fired: list[dict] = []
+        self.stamped: int | None = None      # the fired event the reaction stamps belong to
         self.error: str | None = None
         self.stop = threading.Event()
         self.t0 = time.monotonic()
@@ -184,12 +186,27 @@ class _RunClock(threading.Thread):
         self.uplink_samples[-1]["t"] = 0.0
         return self.t0
 
+    def _stamps(self, clear: bool) -> None:
+        """The data plane's reaction stamps for the last failure fired (read before they
+        are cleared for the next: faultruns.reaction_from_stamps); clear: start them over."""
+        try:
+            got = client.request(self.spec.name, "reaction_stamps", clear=clear)
+        except Exception as err:  # reported with the run, not fatal to it
+            self.error = f"reaction stamps: {err}"
+            return
+        if self.stamped is not None and self.stamped < len(self.fired):
+            self.fired[self.stamped]["stamps"] = got
+
     def run(self) -> None:
         if not self.sampled:
             self.mark_start()
         next_sample = self.sample_s
         while not self.stop.is_set():
             now = time.monotonic() - self.t0
+            due = [event for at, event in self.pending if at <= now]
+            if any(event["fault"] in FAILURES for event in due):
+                self._stamps(clear=True)        # the stamps then measure this failure only
+                self.stamped = len(self.fired)
             while self.pending and self.pending[0][0] <= now:
                 at, event = self.pending.pop(0)
                 try:
@@ -204,6 +221,8 @@ class _RunClock(threading.Thread):
                 next_sample = (int(now / self.sample_s) + 1) * self.sample_s
             self.stop.wait(min(self.sample_s / 4, 0.02))
         self._sample()
+        if self.stamped is not None and self.stamped < len(self.fired):
+            self._stamps(clear=False)
 
 
 PER_PACKET_MODES = ("spray-rr", "spray-random", "spraylink")

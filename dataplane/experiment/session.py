@@ -15,7 +15,9 @@ from pathlib import Path
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from dataplane.experiment import runner
+from dataplane.errors import RuntimeStateError
 from dataplane.experiment.spec import Experiment, ExperimentError, ModeSpec
+from dataplane.lab import faults
 from dataplane.lab.fabric import Fabric
 from dataplane.report import metrics, table
 from dataplane.runtime import labspec, lifecycle, state
@@ -58,6 +60,15 @@ def topology_difference(wanted, deployed) -> str | None:
     return "; ".join(parts) or None
 
 
+def _arn_path(lab: str) -> str | None:
+    """Who makes the lab's link-down notices (arnpath.PATHS); None for a lab without the
+    fabric monitor (its switches then send none)."""
+    try:
+        return faults.status(lab)["config"].get("arn_path", "agent")
+    except RuntimeStateError:
+        return None
+
+
 def run(exp: Experiment, progress=None, lab_name: str | None = None,
         runtime: str = "netns") -> tuple[dict, Path]:
     topo = clab.read(exp.lab_file)
@@ -79,7 +90,11 @@ def run(exp: Experiment, progress=None, lab_name: str | None = None,
         mismatch = topology_difference(wanted, spec)
     fabric = Fabric(spec.name)
     found = fabric.show()          # load balancing and port model as the lab is now
+    found_arn_path = None
     try:
+        if exp.arn_path:
+            found_arn_path = _arn_path(spec.name)
+            faults.notifications(spec.name, arn_path=exp.arn_path)
         fabric.set_port_model(**experiment_port_model(exp.port_model, found["port_model"]))
         flows = wl.generate(exp.workload, runner.workload_hosts(spec))
         advance(f"{len(flows)} flows")
@@ -89,6 +104,7 @@ def run(exp: Experiment, progress=None, lab_name: str | None = None,
             "started": time.strftime("%Y-%m-%dT%H:%M:%S"), "duration_s": exp.duration_s,
             "flows": len(flows), "port_model": shown.get("port_model"), "clock": shown.get("clock"),
             "modes": {}, "sweeps": {}, "lab_mismatch": mismatch,
+            "arn_path": _arn_path(spec.name),
         }
         per_mode_ports = any(m.port_model for m in exp.modes)
         for mode in exp.modes:
@@ -125,6 +141,8 @@ def run(exp: Experiment, progress=None, lab_name: str | None = None,
         elif lifecycle.is_up(spec.name):
             # Leave the lab's load balancing and ports as the experiment found them.
             fabric.restore(found)
+            if found_arn_path and found_arn_path != exp.arn_path:
+                faults.notifications(spec.name, arn_path=found_arn_path)
     folder = write(results, exp)
     return results, folder
 

@@ -10,6 +10,8 @@ port_model: {scale: 0.00025, buffer_bytes: 32768, ecn_bytes: 8192}   # optional;
                                     # unless `queue: virtual` (see EXPERIMENT_QUEUE)
 sweep: {mode: ecmp, seeds: 30, first_seed: 1, role: leaf}           # optional
 output: results                     # folder (from the current directory) for <name>-<time>/
+arn_path: dataplane                 # optional: who makes and consumes link-down notices
+                                    # (agent | dataplane; default: as the lab is set)
 ```
 Everything is checked before anything is deployed; errors are one line naming the file
 and the field.
@@ -22,6 +24,7 @@ from pathlib import Path
 import jsonschema
 
 from dataplane import timescale, yamlfile
+from dataplane.agent import arnpath
 from dataplane.errors import RailabError
 from dataplane.runtime import labspec
 from dataplane.topology import clab
@@ -115,6 +118,7 @@ SCHEMA = {
         "output": {"type": "string"},
         "reuse_lab": {"type": "boolean"},
         "hosts": {"enum": list(HOSTS)},
+        "arn_path": {"enum": list(arnpath.PATHS)},
         "sample_interval": {"type": ["string", "number"]},
         "events": {
             "type": "array",
@@ -163,6 +167,7 @@ class Experiment:
     events: list[dict] = field(default_factory=list)
     sample_s: float = 0.1
     hosts: str = "kernel"            # kernel: the kernel NIC where it covers the run (HOSTS)
+    arn_path: str | None = None      # link-down notices by (arnpath.PATHS); None: as the lab is
 
 
 def _where(error: jsonschema.ValidationError) -> str:
@@ -239,7 +244,7 @@ def load(path: str | Path, overrides: dict | None = None) -> Experiment:
     _check_line_rate(source, lab_file, workload, port_model.get("scale"))
     return Experiment(doc["name"], source, lab_file, duration, modes, workload,
                       port_model, sweep, output, bool(doc.get("reuse_lab", False)),
-                      events, sample_s, doc.get("hosts", "kernel"))
+                      events, sample_s, doc.get("hosts", "kernel"), doc.get("arn_path"))
 
 
 def _check_mode_targets(source: Path, lab_file: Path, modes: list[ModeSpec]) -> None:

@@ -115,6 +115,34 @@ def dataplane_reaction(fired: list[dict], log: list[dict], until_ns: int | None 
     return out
 
 
+def reaction_from_stamps(stamps: dict | None) -> dict | None:
+    """One failure's reaction from the data plane's stamps ({switch: {dead_ns, notice_ns,
+    excl_ns, avoid_ns}}, CLOCK_MONOTONIC ns, 0 = none; cleared just before the failure was
+    made: bpf/railab_structs.h struct arn_stamps), measured the same way for both notice
+    paths. The reporter is the switch whose packet first met a group with no live member;
+    the upstreams are the other switches whose first packet steered by an avoid mask came
+    at or after that (an earlier one was steered by something else). reaction_us = the
+    first upstream's first avoiding packet - the reporter's first dead packet (the packet
+    that met the dead group came from an upstream, whose next packet there avoids it; an
+    upstream that sends there only later shows its own traffic's timing, not the reaction:
+    slowest_us, per_upstream_us); notice_us = the reporter's first data-plane
+    notice - its first dead packet (None on the agent path, whose notices the agent sends).
+    None when no packet met a dead group or no upstream avoided it."""
+    dead = {sw: s["dead_ns"] for sw, s in (stamps or {}).items() if s.get("dead_ns")}
+    if not dead:
+        return None
+    reporter = min(dead, key=dead.get)
+    t0 = dead[reporter]
+    upstream = {sw: (s["avoid_ns"] - t0) / 1000 for sw, s in stamps.items()
+                if sw != reporter and s.get("avoid_ns", 0) >= t0}
+    if not upstream:
+        return None
+    notice = stamps[reporter].get("notice_ns") or 0
+    return {"reporter": reporter, "reaction_us": min(upstream.values()), "slowest_us": max(upstream.values()),
+            "per_upstream_us": upstream,
+            "notice_us": (notice - t0) / 1000 if notice >= t0 else None}
+
+
 def fault_lateness_s(run: dict) -> tuple[float | None, bool]:
     """How late the run's faults were made, at worst: issue time (t_ns - t0_ns) minus the
     scheduled `at`, in seconds (a starved runner fires late; None when not recorded),
@@ -140,6 +168,10 @@ def fault_metrics(run: dict) -> dict:
     Data plane (the agent's log, dataplane_reaction over run["events"]):
       ``failover_ms`` = the largest fault -> mask write; ``notice_ms`` = the largest
       notice send -> upstream map write (None: no notices).
+    Data plane (its own stamps, reaction_from_stamps over the events' "stamps"):
+      ``reaction_ms`` = the largest (over the failures) first packet meeting the dead group
+      -> the first upstream's first packet avoiding it, wall time; ``reaction_fabric_ms`` the same in real-fabric
+      time (/ the lab's stretch; None when the run was not scaled).
     Plus ``flows_on_failed``, ``loss_on_failed``, ``loss_elsewhere`` and
     ``timing_unknown`` (flows whose network-side figures are unknown)."""
     flows = run.get("flows", [])
@@ -153,6 +185,9 @@ def fault_metrics(run: dict) -> dict:
     events = run.get("events") or []
     fail = [e["failover_us"] for e in events if e.get("failover_us") is not None]
     notice = [e["notice_us"] for e in events if e.get("notice_us") is not None]
+    reactions = [r["reaction_us"] for e in events if (r := reaction_from_stamps(e.get("stamps")))]
+    stretch = (run.get("clock") or {}).get("stretch")
+    reaction_ms = max(reactions) / 1000 if reactions else None
     gaps = lambda ts: max((t["host_gap_ms"] for t in ts if t["host_gap_ms"] is not None), default=None)  # noqa: E731
     return {
         "flows_on_failed": len(hit),
@@ -165,5 +200,7 @@ def fault_metrics(run: dict) -> dict:
         "host_gap_elsewhere_ms": gaps(rest_t),
         "failover_ms": max(fail) / 1000 if fail else None,
         "notice_ms": max(notice) / 1000 if notice else None,
+        "reaction_ms": reaction_ms,
+        "reaction_fabric_ms": reaction_ms / stretch if reaction_ms is not None and stretch else None,
         "timing_unknown": sum(1 for t in hit_t + rest_t if t["outage_ms"] is None),
     }

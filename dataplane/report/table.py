@@ -46,12 +46,16 @@ FAULT_COLUMNS = (
     ("host_gap_elsewhere_ms", "host gap\nothers", "ms"),
     ("failover_ms", "failover\n(agent)", "ms"),
     ("notice_ms", "notice\n(agent)", "ms"),
+    ("reaction_ms", "reaction\n(wall)", "ms"),
+    ("reaction_fabric_ms", "reaction\n(fabric)", "ms"),
 )
 FAULT_CAPTION = (
     "net: from the packets' send times -- outage = lost packets' send-time span + 1 packet "
     "interval, recovery = first lost -> next delivered (per fault event, worst flow); "
     "host gap: longest pause between deliveries at the receivers (includes host scheduling); "
     "failover: fault -> agent's mask write; notice: notice sent -> upstream map write; "
+    "reaction: the data plane's first packet into the dead group -> an upstream's "
+    "first packet avoiding it (wall, and real-fabric time at the lab's scale); "
     "- = unknown or none")
 LATE_S = 0.1      # faults made later than this after their scheduled time are pointed out
 

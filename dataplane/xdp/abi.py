@@ -535,6 +535,20 @@ class ArnSwitch(ct.Structure):
     ]
 
 
+class ArnStamps(ct.Structure):
+    """value of `arn_stamps` (array, key: switch id): CLOCK_MONOTONIC ns of each reaction
+    step's first occurrence since the agent cleared it (0: not yet); written by the data path"""
+    _fields_ = [
+        ("dead_ns", ct.c_uint64),
+        ("notice_ns", ct.c_uint64),
+        ("excl_ns", ct.c_uint64),
+        ("avoid_ns", ct.c_uint64),
+    ]
+
+
+ARN_STAMP_FIELDS = tuple(name for name, _ in ArnStamps._fields_)
+
+
 class ArnSentKey(ct.Structure):
     """key of `arn_sent` (LRU; value c_uint64 ns of the last notice)"""
     _fields_ = [
@@ -589,6 +603,7 @@ MAPS: dict[str, tuple[type, type]] = {
     "arn_sent": (ArnSentKey, ct.c_uint64),
     "arn_excl": (RouteKey, ArnExcl),
     "arn_stats": (ct.c_uint32, ct.c_uint64),
+    "arn_stamps": (ct.c_uint32, ArnStamps),
     "arn_progs": (ct.c_uint32, ct.c_uint32),
 }
 

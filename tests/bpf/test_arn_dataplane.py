@@ -335,3 +335,58 @@ def test_exclusion_survives_the_agents_route_changes(arn, lab):
         assert choices(dp, lab) == before
     finally:
         dp.del_route(SW_N, "10.92.0.0/16")
+
+
+# ---------------------------------------------------------------- reaction stamps
+def stamps(dp, clear=False) -> dict:
+    return dp.reaction_stamps([SW_S, SW_N], clear=clear)
+
+
+def test_stamps_record_each_step_of_the_dataplane_reaction_once(arn, lab):
+    """S stamps the first packet into its dead group and the notice it made; N the
+    exclusion and the first packet its exclusion steered. Later packets move no stamp;
+    traffic the exclusion does not touch stamps nothing."""
+    dp = arn
+    stamps(dp, clear=True)
+    choices(dp, lab, "10.91.7.7")                 # no avoid mask there: no stamp
+    assert stamps(dp) == {SW_S: dict.fromkeys(abi.ARN_STAMP_FIELDS, 0),
+                          SW_N: dict.fromkeys(abi.ARN_STAMP_FIELDS, 0)}
+    t0 = time.monotonic_ns()
+    made = run_frame(dp, lab, udp_to_s("10.90.3.4"), S_IN)
+    assert made.verdict == "tx"
+    s = stamps(dp)[SW_S]
+    assert t0 < s["dead_ns"] <= s["notice_ns"] <= time.monotonic_ns()
+    assert s["excl_ns"] == s["avoid_ns"] == 0
+    assert run_frame(dp, lab, made.data, TO_S).verdict == "drop"
+    assert stamps(dp)[SW_N]["avoid_ns"] == 0      # installed, but no packet steered yet
+    choices(dp, lab, "10.91.7.7")
+    assert stamps(dp)[SW_N]["avoid_ns"] == 0      # the other prefix is not steered
+    choices(dp, lab)
+    n = stamps(dp)[SW_N]
+    assert s["notice_ns"] <= n["excl_ns"] <= n["avoid_ns"] <= time.monotonic_ns()
+    assert n["dead_ns"] == n["notice_ns"] == 0
+    run_frame(dp, lab, udp_to_s("10.90.3.5"), S_IN)   # suppressed by the rate limit, dead again
+    choices(dp, lab)
+    assert stamps(dp, clear=True) == {SW_S: s, SW_N: n}, "a later packet moved a first stamp"
+    assert stamps(dp)[SW_N]["avoid_ns"] == 0      # cleared
+    choices(dp, lab)
+    assert stamps(dp)[SW_N]["avoid_ns"] > n["avoid_ns"], "steered again after the clear"
+
+
+def test_avoid_stamp_of_the_agents_avoid_mask(arn, lab):
+    """The agent path's reaction is a route avoid mask the agent writes: the first packet
+    it steers is stamped the same way; a mask that avoids every live member is ignored
+    by the data path and stamps nothing."""
+    dp = arn
+    stamps(dp, clear=True)
+    dp.set_route_avoid(SW_N, "10.91.0.0/16", 0b111)   # all three: advisory, ignored
+    try:
+        choices(dp, lab, "10.91.7.7")
+        assert stamps(dp)[SW_N]["avoid_ns"] == 0
+        t0 = time.monotonic_ns()
+        dp.set_route_avoid(SW_N, "10.91.0.0/16", 0b010)
+        run_frame(dp, lab, udp_to_n("10.91.7.7", sport=3000), N_IN)
+        assert t0 < stamps(dp)[SW_N]["avoid_ns"] <= time.monotonic_ns()
+        assert stamps(dp)[SW_N]["excl_ns"] == 0
+    finally:
+        dp.set_route_avoid(SW_N, "10.91.0.0/16", 0)

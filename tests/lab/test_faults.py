@@ -10,8 +10,10 @@ import time
 
 import pytest
 
+from dataplane.agent import client
 from dataplane.lab import faults
 from dataplane.lab.fabric import Fabric
+from dataplane.report import faultruns
 
 from .conftest import lab_fixture
 from .faulttraffic import RawStream, Receiver, Result, paced
@@ -211,6 +213,7 @@ def test_dataplane_notice_crosses_the_wire(lab, fab, tmp_path):
         mark = {}
 
         def cut():
+            client.request(lab.name, "reaction_stamps", clear=True)   # they measure this cut only
             faults.link_down(lab.name, "spine1:down3", "leaf2:up1")
             mark["t"] = faults.link_down(lab.name, "spine1:down4", "leaf2:up2")["t_ns"]
 
@@ -237,6 +240,14 @@ def test_dataplane_notice_crosses_the_wire(lab, fab, tmp_path):
     assert res.lost_between(mark["t"] + 50_000_000, mark["t"] + 10**10) == 0
     st = faults.status(lab.name)["counters"]
     assert st.get("spine1", {}).get("notify_sent", 0) == agent_sent, "the agent sent a link-down notice"
+    # the data plane's stamps: spine1 met the dead group and sent the notice, leaf1 excluded
+    # and then steered its next packet to leaf2 away, in that order
+    stamps = client.request(lab.name, "reaction_stamps")
+    spine, leaf = stamps["spine1"], stamps["leaf1"]
+    assert 0 < spine["dead_ns"] <= spine["notice_ns"] <= leaf["excl_ns"] <= leaf["avoid_ns"], stamps
+    reaction = faultruns.reaction_from_stamps(stamps)
+    assert reaction["reporter"] == "spine1" and "leaf1" in reaction["per_upstream_us"], reaction
+    print(f"dataplane reaction: {reaction['reaction_us']:.0f} us (notice sent after {reaction['notice_us']:.0f} us)")
 
 
 @TIMING

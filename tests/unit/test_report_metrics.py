@@ -309,6 +309,52 @@ def test_dataplane_reaction_from_the_agent_log():
     assert met["failover_ms"] == pytest.approx(9.0) and met["notice_ms"] == pytest.approx(0.1)
 
 
+def stamp(dead=0, notice=0, excl=0, avoid=0) -> dict:
+    return {"dead_ns": dead, "notice_ns": notice, "excl_ns": excl, "avoid_ns": avoid}
+
+
+def test_reaction_from_the_data_planes_stamps():
+    """spine1 met the dead group first; leaf1 and leaf2 avoided it 0.3 / 0.8 ms later (the
+    reaction is the first of them); leaf3's
+    avoid stamp is older than the failure (steered by something else): not an upstream."""
+    stamps = {"spine1": stamp(dead=T_DOWN + 2 * MS, notice=T_DOWN + 2 * MS + 20_000),
+              "leaf1": stamp(excl=T_DOWN + 2 * MS + 250_000, avoid=T_DOWN + 2 * MS + 300_000),
+              "leaf2": stamp(avoid=T_DOWN + 2 * MS + 800_000),
+              "leaf3": stamp(avoid=T_DOWN + MS),
+              "leaf4": stamp(dead=T_DOWN + 3 * MS)}
+    r = faultruns.reaction_from_stamps(stamps)
+    assert r["reporter"] == "spine1" and r["reaction_us"] == pytest.approx(300)
+    assert r["slowest_us"] == pytest.approx(800)
+    assert r["per_upstream_us"] == {"leaf1": pytest.approx(300), "leaf2": pytest.approx(800)}
+    assert r["notice_us"] == pytest.approx(20)
+    # the agent path: no data-plane notice; no dead packet or no avoiding upstream: no figure
+    assert faultruns.reaction_from_stamps({"spine1": stamp(dead=T_DOWN), "leaf1": stamp(avoid=T_DOWN + MS)}) \
+        == {"reporter": "spine1", "reaction_us": pytest.approx(1000), "slowest_us": pytest.approx(1000),
+            "per_upstream_us": {"leaf1": pytest.approx(1000)},
+            "notice_us": None}
+    assert faultruns.reaction_from_stamps({"leaf1": stamp(avoid=T_DOWN)}) is None
+    assert faultruns.reaction_from_stamps({"spine1": stamp(dead=T_DOWN)}) is None
+    assert faultruns.reaction_from_stamps(None) is None
+
+
+def test_fault_table_shows_the_reaction_in_wall_and_fabric_time():
+    events = [{"t": 1.0, "what": "link-down a b", "t_ns": T_DOWN,
+               "stamps": {"spine1": stamp(dead=T_DOWN + MS), "leaf1": stamp(avoid=T_DOWN + MS + 400_000)}},
+              {"t": 2.0, "what": "link-up a b", "t_ns": T_UP}]
+    run = fault_run([timed(1, True)], events=events)
+    run["clock"] = {"stretch": 4000.0}
+    met = m.run_metrics(run)
+    assert met["reaction_ms"] == pytest.approx(0.4) and met["reaction_fabric_ms"] == pytest.approx(0.4 / 4000)
+    text = table.render_text(run, title="t", width=400)
+    line = next(x for x in text.split("t: faults")[1].splitlines() if x.startswith("│ ecmp"))
+    row = [c.strip() for c in line.split("│")[1:-1]]
+    assert row[-2:] == [table.fmt_value("ms", 0.4), table.fmt_value("ms", 0.0001)]
+    del run["clock"]
+    assert m.run_metrics(run)["reaction_fabric_ms"] is None
+    run["events"][0].pop("stamps")
+    assert m.run_metrics(run)["reaction_ms"] is None
+
+
 def test_links_cut_at_the_same_time_are_one_fault():
     events = [{"t": 1.0, "at": 1.0, "what": f"link-down spine1:down{i}", "t_ns": T_DOWN + i * MS} for i in range(4)]
     f = timed(1, True, [(T_DOWN + 500_000, T_DOWN + 600_000, 1), (T_DOWN + 3_500_000, T_DOWN + 3_800_000, 3)])

@@ -6,7 +6,8 @@ notices set (`arn_excl`). The programs are bpf/switch.c xdp_notice_tx / xdp_noti
 Times here are wall-clock (the lab's clock): the agent converts its real-fabric settings
 with dataplane.timescale before it calls set_notices.
 
-Owns no shadow state: the data path writes arn_excl, arn_switch and arn_sent itself."""
+Owns no shadow state: the data path writes arn_excl, arn_switch, arn_sent and arn_stamps
+itself (the agent only clears arn_stamps)."""
 from __future__ import annotations
 
 import ctypes as ct
@@ -68,6 +69,24 @@ class NoticeTables:
         """{name: count} of abi.ARN_STATS, all switches together (summed over CPUs)."""
         return {name: sum(self.maps.percpu("arn_stats", key, ct.c_uint64))
                 for key, name in abi.ARN_STATS.items()}
+
+    def reaction_stamps(self, switch_ids, *, clear: bool = False) -> dict[int, dict[str, int]]:
+        """{switch id: {dead_ns, notice_ns, excl_ns, avoid_ns}} of the given switches: when
+        each first met a dead group, sent a notice, installed an exclusion, forwarded a
+        packet its avoid mask steered (CLOCK_MONOTONIC ns; 0: not since the last clear).
+        clear: start them over after reading (each switch's entry read, then zeroed: a
+        stamp the data path writes in between is lost, which a caller avoids by clearing
+        before the event it measures)."""
+        out = {}
+        for sw in switch_ids:
+            if not 0 <= sw < self.max_switches:
+                raise DataplaneError(f"switch id {sw} out of range")
+            st = abi.ArnStamps()
+            self.maps.lookup("arn_stamps", ct.c_uint32(sw), st)
+            out[sw] = {name: int(getattr(st, name)) for name in abi.ARN_STAMP_FIELDS}
+            if clear:
+                self.maps.update("arn_stamps", ct.c_uint32(sw), abi.ArnStamps())
+        return out
 
     def exclusions(self, switch_id: int | None = None) -> list[dict]:
         """The exclusions notices set: switch id, prefix, group, avoided member indexes and
