@@ -4,6 +4,7 @@ notices a switch sends when it loses (or regains) every member for a prefix. A p
 the fabric monitor."""
 from __future__ import annotations
 
+import ipaddress
 import struct
 import time
 
@@ -127,4 +128,22 @@ class Failover:
                     self.m.notices.send_upstream(node, prefix, T_WITHDRAW, R_LINK_DOWN, gid)
             elif not all_dead and key in self.m.withdrawn:
                 self.m.withdrawn.discard(key)
-                self.m.notices.send_upstream(node, prefix, T_RESTORE, R_CLEARED, gid)
+                if withdraw:
+                    self.m.notices.send_upstream(node, prefix, T_RESTORE, R_CLEARED, gid)
+                else:
+                    self._restore_dataplane(node, gid, prefix)
+
+    def _restore_dataplane(self, node, gid: int, prefix: str) -> None:
+        """RESTORE what the switch's program may have withdrawn for prefix. Its WITHDRAW
+        names the route its packet matched -- the prefix or a more specific (learned /32)
+        route of the same group inside it -- and leaves by the port that packet came in on,
+        and the upstream lifts an exclusion only for that prefix and that port's members.
+        So the RESTORE goes for each of those routes over every link to each upstream
+        (measured before: /32 exclusions at leaf1-r0 that no RESTORE lifted, and only
+        one of four parallel links restored)."""
+        net = ipaddress.IPv4Network(prefix)
+        covered = [p for p, g in self.m.dp.routes(node.switch_id).items()
+                   if g == gid and p != prefix and ipaddress.IPv4Network(p).subnet_of(net)]
+        for named in (prefix, *covered):
+            self.m.notices.send_upstream(node, named, T_RESTORE, R_CLEARED, gid,
+                                         every_link=True, upstream_of=prefix)

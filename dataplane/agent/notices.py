@@ -119,15 +119,17 @@ class Notices:
         far = self.m.spec.find_node(node.interface(members[0]).peer_node)
         return far.switch_id if far is not None and far.switch_id else 0
 
-    def upstream(self, node, prefix: str, live_only: bool = True) -> list[tuple[object, object]]:
+    def upstream(self, node, prefix: str, live_only: bool = True,
+                 every_link: bool = False) -> list[tuple[object, object]]:
         """(neighbour switch, local interface of S towards it) for every neighbour whose
         route for prefix uses S as a next hop -- the one answer to "who routes through
-        me"; with live_only, the interface is a live link to it."""
+        me"; with live_only, the interface is a live link to it; with every_link, each of
+        the parallel links to such a neighbour, not only the first."""
         out = []
         seen = set()
         for iface in node.interfaces:
             nbr = self.m.spec.find_node(iface.peer_node)
-            if nbr is None or nbr.role == "host" or nbr.name in seen:
+            if nbr is None or nbr.role == "host" or (nbr.name in seen and not every_link):
                 continue
             if live_only and not self.m.dp.port_is_up(iface.ifindex):
                 continue
@@ -140,10 +142,13 @@ class Notices:
         return out
 
     def send_upstream(self, node, prefix, typ, reason, gid=None, *, hold_ms=0, metric=0, port=0,
-                       flows=None) -> int:
+                       flows=None, every_link: bool = False, upstream_of: str | None = None) -> int:
+        """The notice to every switch routing prefix through node (upstream_of: the
+        switches routing that prefix instead, for a more specific prefix no configured
+        route names)."""
         sent = 0
         sock = self.m.udp.get(node.name)
-        for nbr, iface in self.upstream(node, prefix):
+        for nbr, iface in self.upstream(node, upstream_of or prefix, every_link=every_link):
             peer = nbr.interface(iface.peer_if)
             if not peer.address:
                 continue

@@ -4,6 +4,7 @@ runner makes of the agent's real counters reply (built by the programmer's own c
 over a FakeDataplane)."""
 from __future__ import annotations
 
+import ipaddress
 import threading
 import time
 from types import SimpleNamespace
@@ -405,3 +406,29 @@ def test_notices_the_data_plane_consumed_are_left_alone_by_the_agent():
     assert mon.p.dp.notices["pass_consumed"]
     assert arnpath.consumed_below(mon.cfg, wire)
     assert not arnpath.consumed_below(mon.cfg, flows)          # flow lists stay the agent's
+
+
+def test_a_data_plane_repair_restores_every_route_it_may_have_withdrawn_over_every_link():
+    """The switch's program withdraws the route its packet matched (a learned /32 inside
+    the prefix, say) out of the port the packet came in on, and the upstream lifts only
+    that: the RESTORE goes for the prefix and each more specific route of the group, over
+    every live link to each upstream, addressed to that link's far end."""
+    mon = _monitor()
+    p = mon.p
+    mon.configure(arn_path="dataplane")
+    spine1 = p.spec.node("spine1")
+    gid = p.routing.group_ids("spine1")[0]
+    prefix = next(pf for g, pf in p.routing.group_prefixes("spine1") if g == gid)
+    host = str(next(iter(ipaddress.IPv4Network(prefix).hosts())))
+    p.dp.add_route(spine1.switch_id, f"{host}/32", gid)          # learned, inside the prefix
+    for ifindex, _ in p.dp.groups[gid].members:
+        mon.port_event(spine1, p.spec.port(ifindex)[1], False)
+    for ifindex, _ in p.dp.groups[gid].members:
+        mon.port_event(spine1, p.spec.port(ifindex)[1], True)
+    sent = mon.udp["spine1"].sent
+    links = mon.notices.upstream(spine1, prefix, every_link=True)
+    assert links
+    for named in (prefix, f"{host}/32"):
+        to = sorted(addr for msg, addr in sent if msg.prefix == named and msg.type == T_RESTORE)
+        assert len(to) == len(links), (named, to)
+        assert len(set(to)) == len(to)                         # one per link, each its own far end
