@@ -136,6 +136,26 @@ def test_packet_into_dead_group_becomes_a_notice(arn, lab):
     assert dp.verdict_counters()["tx"]["packets"] == verdicts0 + 1
 
 
+def test_a_learned_host_route_names_the_prefix_it_forwards_like(arn, lab):
+    """A /32 learned inside S's prefix, through the same group, makes a notice naming the
+    prefix: the upstream then avoids S for every host there, not one host at a time (each
+    host's traffic losing a packet to find out). A /32 of another group names itself."""
+    dp = arn
+    dp.add_route(SW_S, "10.90.3.4/32", GS)
+    try:
+        res = run_frame(dp, lab, udp_to_s("10.90.3.4", size=200), S_IN)
+        assert res.verdict == "tx"
+        assert notices.Notice.unpack(bytes(Ether(res.data)[UDP].payload)).prefix == "10.90.0.0/16"
+    finally:
+        dp.del_route(SW_S, "10.90.3.4/32")
+    dp.add_route(SW_S, "10.92.0.9/32", GS)                 # no covering route of the group
+    try:
+        res = run_frame(dp, lab, udp_to_s("10.92.0.9", size=200), S_IN)
+        assert notices.Notice.unpack(bytes(Ether(res.data)[UDP].payload)).prefix == "10.92.0.9/32"
+    finally:
+        dp.del_route(SW_S, "10.92.0.9/32")
+
+
 def test_rate_limit_per_prefix_and_port(arn, lab):
     dp = arn
     first = run_frame(dp, lab, udp_to_s("10.90.0.9"), S_IN)

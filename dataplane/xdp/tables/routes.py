@@ -68,9 +68,21 @@ class RouteTables:
             avoid = self._covering_avoid(switch_id, net, group_id)
             if avoid:
                 self._route_avoid[(switch_id, net)] = avoid
-        self.maps.update("routes", key, self._route_val(net, group_id, avoid))
+        self.maps.update("routes", key, self._route_val(self._named(switch_id, net, group_id), group_id, avoid))
         self._routes[(switch_id, net)] = group_id
         self._routes_changed(switch_id)
+
+    def _named(self, switch_id: int, net: ipaddress.IPv4Network, group_id: int) -> ipaddress.IPv4Network:
+        """The prefix a notice the data plane makes for this route names: the least specific
+        route of the same group that covers it (the one the fabric announced), else the
+        route's own. A learned /32 on a spine forwards like the leaf's prefix; a notice
+        naming the /32 would have the upstream avoid the spine for that one host, and each
+        other host's traffic would lose a packet to find out the same."""
+        best = net
+        for (sw, other), gid in self._routes.items():
+            if sw == switch_id and gid == group_id and net.subnet_of(other) and other.prefixlen < best.prefixlen:
+                best = other
+        return best
 
     def _covering_avoid(self, switch_id: int, net: ipaddress.IPv4Network, group_id: int) -> int:
         """The avoid mask of the most specific route of the same group that covers net
@@ -91,7 +103,8 @@ class RouteTables:
         if gid is None:
             raise DataplaneError(f"switch {switch_id} has no route {net}")
         mask &= (1 << abi.DOWN_MASK_BITS) - 1
-        self.maps.update("routes", self._route_key(switch_id, net), self._route_val(net, gid, mask))
+        self.maps.update("routes", self._route_key(switch_id, net),
+                         self._route_val(self._named(switch_id, net, gid), gid, mask))
         if mask:
             self._route_avoid[(switch_id, net)] = mask
         else:
