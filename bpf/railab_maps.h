@@ -98,7 +98,7 @@ BPF_ARRAY(pfc_port, struct pfc_port, MAX_PORTS);
 
 /* Notices in the data plane (switch.c rl_notice_tx / rl_notice_rx; docs/manual/faults.md).
  * arn_cfg: key 0 -> struct arn_cfg (generate / consume, hold, rate limit).
- * arn_ports: key port slot -> struct arn_port (fabric link?, the notice's addresses).
+ * arn_ports: key port slot -> struct arn_port (fabric link?, the notice's addresses, the neighbour).
  * arn_switch: key switch id -> struct arn_switch (exclusion count, notice seq).
  * arn_sent: LRU, struct arn_sent_key {switch, prefix, plen, ingress ifindex} -> __u64 ns of
  *   the last notice sent for it (the rate limit).

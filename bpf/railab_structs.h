@@ -276,7 +276,8 @@ struct arn_port {
                            * order; 0 = none, sent as 0.0.0.0) */
     __u32 dst_ip;         /* notice destination: the neighbour's address on this link (0 =
                            * unknown, sent to 255.255.255.255) */
-    __u32 _pad;
+    __u32 peer_switch;    /* the neighbour's switch id (0 = unknown): a notice received on
+                           * one of several parallel links to it excludes all of them */
 };
 
 /* value of `arn_switch` (ARRAY, key: switch id): written by the data path only */

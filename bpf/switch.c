@@ -737,6 +737,34 @@ static __always_inline __u64 rl_members_by_slot(const struct group *grp, __u32 s
     return mask & rl_member_mask(grp->n_members);
 }
 
+/* The members of grp that lead to the same neighbour as port slot (its arn_ports
+ * peer_switch): a neighbour's notice concerns the neighbour, whichever of the parallel
+ * links it came in on. Without a known neighbour, slot's own members. */
+static __always_inline __u64 rl_members_by_peer(const struct group *grp, __u32 slot, __u32 peer)
+{
+    struct arn_port *ap;
+    __u64 mask = 0, eq;
+    __u32 i, es;
+
+    if (!peer)
+        return rl_members_by_slot(grp, slot);
+    /* branch-free on the match, as rl_members_by_slot: with a branch the verifier walks
+     * every combination of matches (2^64 states: E2BIG) */
+#pragma clang loop unroll(disable)
+    for (i = 0; i < WCMP_SLOTS; i++) {
+        RL_OPAQUE(mask);
+        es = grp->eslots[i];
+        ap = arn_ports.lookup(&es);
+        if (!ap)
+            continue;
+        eq = (__u64)(ap->peer_switch ^ peer);
+        eq = ((eq | -eq) >> 63) - 1;                        /* all ones iff equal */
+        RL_OPAQUE(eq);
+        mask |= eq & (1ULL << i);
+    }
+    return mask & rl_member_mask(grp->n_members);
+}
+
 /* Exclude the members in bits until `until` (0: until a RESTORE). One expiry serves the
  * whole entry: a WITHDRAW moves it to the later of the two (0 wins), so members excluded by
  * an earlier notice from another port may stay excluded up to one hold longer than their
@@ -981,7 +1009,7 @@ int xdp_notice_rx(struct xdp_md *ctx)
     key.dst = prefix;
     rv = routes.lookup(&key);
     grp = rv ? groups.lookup(&rv->group_id) : NULL;
-    bits = grp ? rl_members_by_slot(grp, slot) : 0;
+    bits = grp ? rl_members_by_peer(grp, slot, ap ? ap->peer_switch : 0) : 0;
     if (!rv || !bits) {
         rl_arn_stat(ARN_S_IGNORED);
         return rl_exit(ctx, XDP_DROP);

@@ -53,7 +53,8 @@ def program(spec, dp, cfg: dict, wall_us) -> None:
             fabric = on and peer is not None and peer.role != "host"
             far = peer.interface(iface.peer_if) if fabric else None
             dp.set_notice_port(iface.ifindex, fabric=fabric, src=iface.address or None,
-                               dst=(far.address or None) if far is not None else None)
+                               dst=(far.address or None) if far is not None else None,
+                               peer_switch=peer.switch_id if fabric and peer.switch_id else 0)
 
 
 def consumed_below(cfg: dict, data: bytes) -> bool:

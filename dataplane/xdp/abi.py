@@ -522,7 +522,7 @@ class ArnPort(ct.Structure):
         ("flags", ct.c_uint32),
         ("src_ip", ct.c_uint32),
         ("dst_ip", ct.c_uint32),
-        ("_pad", ct.c_uint32),
+        ("peer_switch", ct.c_uint32),
     ]
 
 

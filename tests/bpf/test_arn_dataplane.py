@@ -207,6 +207,27 @@ def test_notice_moves_only_that_prefix_off_its_port(arn, lab):
     assert dp.exclusions(SW_N) == []
 
 
+def test_a_notice_on_one_of_parallel_links_moves_traffic_off_all_of_them(arn, lab):
+    """Two of N's uplinks lead to S (peer_switch): a notice from S on one excludes both,
+    and a RESTORE on either lifts both; the third uplink keeps the traffic."""
+    dp = arn
+    twin = N_UP[2]
+    for ifx in (TO_S, twin):
+        dp.set_notice_port(ifx, fabric=True, peer_switch=SW_S)
+    try:
+        assert {TO_S, twin} <= set(choices(dp, lab).values())
+        assert run_frame(dp, lab, notice(), TO_S).verdict == "drop"
+        [ex] = dp.exclusions(SW_N)
+        assert sorted(ex["ifindexes"]) == sorted([TO_S, twin])
+        assert set(choices(dp, lab).values()) == {N_UP[0]}
+        assert run_frame(dp, lab, notice(notices.T_RESTORE, port=twin), twin).verdict == "drop"
+        assert dp.exclusions(SW_N) == []
+        assert {TO_S, twin} <= set(choices(dp, lab).values())
+    finally:
+        for ifx in (TO_S, twin):
+            dp.set_notice_port(ifx, fabric=True)
+
+
 def test_exclusion_expires_after_hold(arn, lab):
     dp = arn
     before = choices(dp, lab)

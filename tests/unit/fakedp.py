@@ -47,9 +47,9 @@ class FakeDataplane:
         self.exclusions_cleared = getattr(self, "exclusions_cleared", 0) + 1
         return 0
 
-    def set_notice_port(self, ifindex, *, fabric, src=None, dst=None):
+    def set_notice_port(self, ifindex, *, fabric, src=None, dst=None, peer_switch=0):
         self.notice_ports = getattr(self, "notice_ports", {})
-        self.notice_ports[ifindex] = {"fabric": fabric, "src": src, "dst": dst}
+        self.notice_ports[ifindex] = {"fabric": fabric, "src": src, "dst": dst, "peer_switch": peer_switch}
 
     def set_flow_visibility(self, on, sample_shift=0):
         self.flow_visibility = (on, sample_shift)

@@ -380,6 +380,8 @@ def test_arn_path_dataplane_programs_the_switches_and_silences_the_agent():
             if to_switch:
                 far = p.spec.node(iface.peer_node).interface(iface.peer_if)
                 assert port["src"] == iface.address and port["dst"] == far.address
+                # parallel links to one neighbour: a notice on any of them concerns all
+                assert port["peer_switch"] == p.spec.node(iface.peer_node).switch_id
     spine1 = p.spec.node("spine1")
     gid = p.routing.group_ids("spine1")[0]
     for ifindex, _ in p.dp.groups[gid].members:

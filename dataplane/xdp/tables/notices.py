@@ -48,22 +48,26 @@ class NoticeTables:
                 "pass_consumed": bool(cfg.flags & abi.ARN_F_PASS),
                 "hold_ms": cfg.hold_ms, "interval_ns": cfg.interval_ns}
 
-    def set_notice_port(self, ifindex: int, *, fabric: bool, src: str | None = None, dst: str | None = None) -> None:
+    def set_notice_port(self, ifindex: int, *, fabric: bool, src: str | None = None, dst: str | None = None,
+                        peer_switch: int = 0) -> None:
         """Port ifindex is a switch-switch link (fabric: notices go out of it and are
         accepted from it) or not; src / dst: the notice's IPv4 source (the switch's address
-        on the port; None: 0.0.0.0) and destination (the neighbour's; None: 255.255.255.255)."""
+        on the port; None: 0.0.0.0) and destination (the neighbour's; None: 255.255.255.255);
+        peer_switch: the neighbour's switch id, so that a notice arriving on one of several
+        links to it excludes every one (0: this link's members only)."""
         slot = self.port_info(ifindex).slot
         self.maps.update("arn_ports", ct.c_uint32(slot), abi.ArnPort(
             flags=abi.ARN_PORT_F_FABRIC if fabric else 0,
             src_ip=abi.ip_be(src.split("/")[0]) if src else 0,
-            dst_ip=abi.ip_be(dst.split("/")[0]) if dst else 0))
+            dst_ip=abi.ip_be(dst.split("/")[0]) if dst else 0,
+            peer_switch=peer_switch if fabric else 0))
 
     def notice_port(self, ifindex: int) -> dict:
         p = abi.ArnPort()
         self.maps.lookup("arn_ports", ct.c_uint32(self.port_info(ifindex).slot), p)
         return {"fabric": bool(p.flags & abi.ARN_PORT_F_FABRIC),
                 "src": abi.ip_str(p.src_ip) if p.src_ip else None,
-                "dst": abi.ip_str(p.dst_ip) if p.dst_ip else None}
+                "dst": abi.ip_str(p.dst_ip) if p.dst_ip else None, "peer_switch": p.peer_switch}
 
     def notice_counters(self) -> dict[str, int]:
         """{name: count} of abi.ARN_STATS, all switches together (summed over CPUs)."""
