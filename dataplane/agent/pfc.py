@@ -153,17 +153,25 @@ class PfcSender:
         shaper = self.p.shapers.get(iface.ifindex)
         if shaper is None:
             return
-        if hold.shaper is not shaper:        # shaped anew: the new qdisc starts released
-            hold.shaper, hold.held = shaper, False
+        if hold.shaper is not shaper:
+            # shaped anew: a changed qdisc (a new speed) keeps its hold, a new one starts
+            # released; only that one is held again (holding a held tbf again lets a frame go)
+            hold.shaper = shaper
+            queues = self._queues(node)
+            if hold.held and paused and not queues.lossless_held(iface.ifindex, shaper):
+                queues.hold(iface.ifindex, shaper, True)
         if paused != hold.held:
             self._hold(node, iface, paused, now)
 
-    def _hold(self, node, iface, held: bool, now: int) -> None:
-        hold = self.holds[iface.ifindex]
+    def _queues(self, node) -> NamespaceQueues:
         queues = self.queues.get(node.netns)
         if queues is None:
             queues = self.queues[node.netns] = NamespaceQueues(node.netns)
-        queues.hold(iface.ifindex, self.p.shapers[iface.ifindex], held)
+        return queues
+
+    def _hold(self, node, iface, held: bool, now: int) -> None:
+        hold = self.holds[iface.ifindex]
+        self._queues(node).hold(iface.ifindex, self.p.shapers[iface.ifindex], held)
         if held:
             hold.held, hold.since_ns, hold.holds = True, now, hold.holds + 1
         else:

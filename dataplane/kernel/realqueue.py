@@ -159,7 +159,22 @@ class NamespaceQueues(Closing):
                          ceil=rate, burst=burst, cburst=burst, prio=prio)
         for cls, leaf in ((OTHER_CLASS, 0x200000), (CNP_CLASS, 0x300000)):     # "20:", "30:"
             self._ipr.tc(verb, "bfifo", ifindex, leaf, parent=cls, limit=params.limit_bytes)
+        # A new speed (a degrade) while the neighbour's pause holds the class leaves it held
+        # and untouched: released here, the paused frames left until the PFC sender's next
+        # poll held it again; even set anew to the trickle, a tbf refills its bucket and lets
+        # a frame go. The release sets the new speed.
+        if verb == "change" and self.lossless_held(ifindex, params):
+            return
         self._set_lossless(ifindex, params, held=False, verb=verb)
+
+    def lossless_held(self, ifindex: int, params: ShaperParams) -> bool:
+        """Whether the lossless class's tbf runs at a hold's trickle now (its rate is the
+        kernel's record of the hold: no other state outlives the process that set it)."""
+        for msg in self._ipr.get_qdiscs(index=ifindex):
+            if msg["handle"] == LOSSLESS_TBF and msg.get_attr("TCA_KIND") == "tbf":
+                rate_bps = msg.get_attr("TCA_OPTIONS").get_attr("TCA_TBF_PARMS")["rate"] * 8
+                return rate_bps <= 4 * hold_bps(params.burst_bytes)
+        return False
 
     def _set_lossless(self, ifindex: int, params: ShaperParams, held: bool, verb: str = "change") -> None:
         rate = hold_bps(params.burst_bytes) if held else params.rate_bps
