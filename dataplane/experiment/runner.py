@@ -34,15 +34,15 @@ from dataplane.traffic.transport import DcqcnParams
 CLOSED_LOOP_LIMIT_S = 20.0  # a reliable sender gets this long after the run to finish its messages,
 CLOSED_LOOP_LIMIT_RTOS = 8  # and at least this many retransmission timeouts (at slow scales an
                             # RTO alone stretches past 20 s of wall time)
+RECEIVER_GRACE_S = 0.4     # for the receivers to read what the last hop delivered
+GO_LEAD_S = 0.05          # senders are told to start this far ahead: all hosts are awake by then
+DRAIN_POLL_S = 0.02
+DRAIN_LIMIT_S = 30.0       # a queue still full after this is stuck, not draining
 
 
 def closed_loop_limit_s(rto_us: float, scale: float | None) -> float:
     """Wall seconds a reliable sender may run past the experiment to finish its messages."""
     return max(CLOSED_LOOP_LIMIT_S, CLOSED_LOOP_LIMIT_RTOS * timescale.wall_seconds(rto_us * 1e-6, scale))
-RECEIVER_GRACE_S = 0.4     # for the receivers to read what the last hop delivered
-GO_LEAD_S = 0.05          # senders are told to start this far ahead: all hosts are awake by then
-DRAIN_POLL_S = 0.02
-DRAIN_LIMIT_S = 30.0       # a queue still full after this is stuck, not draining
 
 
 def wait_for_drain(fabric: Fabric, limit_s: float = DRAIN_LIMIT_S) -> float:

@@ -119,6 +119,9 @@ class SwitchDataplane(PortTables, GroupTables, RouteTables, PortModelTables,
         self._switches: dict[int, abi.SwitchCfg] = {}      # ports
         self._groups: dict[int, GroupState] = {}           # groups
         self._routes: dict[tuple[int, ipaddress.IPv4Network], int] = {}        # routes
+        # routes: per switch, its routes wider than a host's (a few, where the learned /32s
+        # are thousands): what a route's notice may name, found without scanning them all
+        self._wide_routes: dict[int, dict[ipaddress.IPv4Network, int]] = {}
         self._route_avoid: dict[tuple[int, ipaddress.IPv4Network], int] = {}   # routes
         self._local_refs: dict[tuple[int, int], set[int]] = {}                 # routes
         self._port_model: dict[int, dict] = {}     # portmodel: ifindex -> model config

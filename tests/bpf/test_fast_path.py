@@ -161,7 +161,7 @@ def test_cache_hit_needs_the_generation(dp, lab, routes):
     assert run(dp, lab, udp()).verdict == "redirect"        # cached
     dp._routes_changed(SW)
     assert run(dp, lab, udp()).verdict == "drop"            # no stale entry
-    dp._routes.pop((SW, net), None)
+    dp.del_route(SW, PREFIX)      # the map entry went above; this forgets the rest
 
 
 def test_port_beyond_port_index_uses_the_hash(dp, lab, routes):

@@ -3,7 +3,7 @@ per prefix), `port_addrs` (ARP answered per port) and `local_addrs` (IPv4 to the
 itself). Every change bumps the switch's route_gen (SwitchDataplane._routes_changed), so
 the data path's route cache never serves a stale answer.
 
-Owns SwitchDataplane._routes, _route_avoid and _local_refs."""
+Owns SwitchDataplane._routes, _wide_routes, _route_avoid and _local_refs."""
 from __future__ import annotations
 
 import ctypes as ct
@@ -70,6 +70,8 @@ class RouteTables:
                 self._route_avoid[(switch_id, net)] = avoid
         self.maps.update("routes", key, self._route_val(self._named(switch_id, net, group_id), group_id, avoid))
         self._routes[(switch_id, net)] = group_id
+        if net.prefixlen < 32:
+            self._wide_routes.setdefault(switch_id, {})[net] = group_id
         self._routes_changed(switch_id)
 
     def _named(self, switch_id: int, net: ipaddress.IPv4Network, group_id: int) -> ipaddress.IPv4Network:
@@ -79,8 +81,8 @@ class RouteTables:
         naming the /32 would have the upstream avoid the spine for that one host, and each
         other host's traffic would lose a packet to find out the same."""
         best = net
-        for (sw, other), gid in self._routes.items():
-            if sw == switch_id and gid == group_id and net.subnet_of(other) and other.prefixlen < best.prefixlen:
+        for other, gid in self._wide_routes.get(switch_id, {}).items():
+            if gid == group_id and other.prefixlen < best.prefixlen and net.subnet_of(other):
                 best = other
         return best
 
@@ -119,6 +121,7 @@ class RouteTables:
         """Remove a route; returns False if there was none."""
         net = ipaddress.IPv4Network(prefix, strict=False)
         self._routes.pop((switch_id, net), None)
+        self._wide_routes.get(switch_id, {}).pop(net, None)
         self._route_avoid.pop((switch_id, net), None)
         found = self.maps.delete("routes", self._route_key(switch_id, net))
         self._routes_changed(switch_id)
