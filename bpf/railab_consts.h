@@ -175,8 +175,12 @@
                                         * exclusions (arn_excl) and are dropped ... */
 #define ARN_F_PASS        (1U << 2)    /* ... or, with this, passed up the switch's stack after
                                         * that, so that tcpdump on the port sees them */
+#define ARN_F_WATCH       (1U << 3)    /* arn_cfg.flags: before sending into a fabric link, check
+                                        * in the switch's FIB that the link is up (link watch) */
 #define ARN_PORT_F_FABRIC (1U << 0)    /* arn_ports.flags: a switch-switch link: notices are
                                         * sent out of it and accepted from it */
+#define ARN_PORT_F_WATCHED (1U << 1)   /* ... and the link watch may ask the FIB about it: the
+                                        * port's address has a prefix holding dst_ip */
 /* arn_stats keys (PERCPU array of __u64) */
 #define ARN_S_SENT        0            /* notices sent (XDP_TX, not a redirect) */
 #define ARN_S_SUPPRESSED  1            /* data packets into a dead group within the rate limit */
@@ -186,10 +190,16 @@
 #define ARN_S_MALFORMED   5            /* bad magic/version/type/plen/length: dropped */
 #define ARN_S_NOT_FABRIC  6            /* notices on a port that is no switch-switch link: dropped */
 #define ARN_S_IGNORED     7            /* well-formed, but no route or no member by that port */
-#define ARN_STAT_MAX      8
+#define ARN_S_WATCH_DEAD  8            /* packets whose member the link watch found down: re-picked
+                                        * or, with no live member left, a dead group */
+#define ARN_S_WATCH_BLIND 9            /* link watch lookups the FIB refused (forwarding off on lo) */
+#define ARN_STAT_MAX      10
+#define RL_LOOPBACK_IFINDEX 1       /* lo: the link watch's FIB lookups enter there */
 #define ARN_PROG_TX       0            /* arn_progs slots: xdp_notice_tx */
 #define ARN_PROG_RX       1            /* ... xdp_notice_rx */
-#define ARN_PROGS         2
+#define ARN_PROG_LINK_SCAN 2           /* ... xdp_link_scan (the link watch's rescan) */
+#define ARN_PROG_SWITCH   3            /* ... xdp_switch itself, run again after the rescan */
+#define ARN_PROGS         4
 
 /* struct handoff.magic: "rail", tells railab's metadata from anything else in front */
 #define HANDOFF_MAGIC     0x7261696cU

@@ -116,5 +116,8 @@ BPF_ARRAY(arn_stamps, struct arn_stamps, MAX_SWITCHES);
 /* arn_progs: the notice programs xdp_switch tail-calls (ARN_PROG_*), installed by the agent
  * (dataplane/xdp/switch.py) after the load: each has a stack and verifier budget of its own. */
 BPF_PROG_ARRAY(arn_progs, ARN_PROGS);
+/* link_watch: PERCPU, key 0 -> struct link_watch: xdp_switch's question to xdp_link_scan
+ * and its answer, for the one packet this CPU is running. */
+BPF_PERCPU_ARRAY(link_watch, struct link_watch, 1);
 
 #endif /* RAILAB_MAPS_H */

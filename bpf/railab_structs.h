@@ -300,6 +300,15 @@ struct arn_stamps {
                            * member away (the agent's route avoid mask or an exclusion) */
 };
 
+/* value of `link_watch` (PERCPU ARRAY, key 0) */
+struct link_watch {
+    __u32 gid;            /* the group whose member's link was found down ... */
+    __u32 member;         /* ... that member */
+    __u64 down;           /* xdp_link_scan's answer: members (bits) whose links are down */
+    __u32 pending;        /* the answer waits for xdp_switch's second run of the packet */
+    __u32 _pad;
+};
+
 /* key of `arn_sent` (LRU hash) -> __u64 bpf_ktime_get_ns() of the last notice sent */
 struct arn_sent_key {
     __u32 switch_id;      /* host order */

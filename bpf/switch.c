@@ -812,6 +812,90 @@ static __always_inline int rl_notice_wanted(__u32 slot)
     return cfg && (cfg->flags & ARN_F_GENERATE) && ap && (ap->flags & ARN_PORT_F_FABRIC);
 }
 
+/* A packet that met a group with no live member: dropped, and from a fabric port, with
+ * generation on, turned into a notice upstream (xdp_notice_tx). */
+static __always_inline int rl_dead_group(struct xdp_md *ctx, struct port_stats *ps, __u32 switch_id,
+                                         __u32 slot, __u64 *nowp)
+{
+    rl_count_drop(ctx, ps, DROP_MEMBERS_DOWN);
+    RL_STAMP(switch_id, dead_ns, nowp);
+    if (rl_notice_wanted(slot))
+        arn_progs.call(ctx, ARN_PROG_TX);
+    return rl_exit(ctx, XDP_DROP);
+}
+
+/* ---- link watch (arn_cfg ARN_F_WATCH) ----
+ * A switch ASIC sees a port lose its signal within microseconds, and its fast failover
+ * moves the port's traffic before any software hears of it. Here the agent hears of a
+ * downed link over netlink milliseconds later, and until then redirects into the dead
+ * veth vanish without a trace the program could read. With the watch on, the data path
+ * asks the kernel itself: a fabric port's address gives the switch's namespace a
+ * connected route to the neighbour's address (arn_ports.dst_ip, the agent sets
+ * ARN_PORT_F_WATCHED only where that holds), which the kernel deletes the moment the port
+ * goes down and skips once it loses carrier (ignore_routes_with_linkdown). The link is up
+ * while the FIB's answer leads out of this very port. The lookup enters on lo: it refuses
+ * a device that does not forward, and of all devices only lo may (the runtime turns
+ * forwarding on there and nowhere else: packets never arrive on lo from outside). */
+static __always_inline int rl_link_up(struct xdp_md *ctx, __u32 slot)
+{
+    struct bpf_fib_lookup fib = {};
+    struct arn_port *ap = arn_ports.lookup(&slot);
+    struct port_info *out;
+    int rc;
+
+    if (!ap || !(ap->flags & ARN_PORT_F_WATCHED))
+        return 1;
+    fib.family = AF_INET;
+    fib.ifindex = RL_LOOPBACK_IFINDEX;
+    fib.ipv4_dst = ap->dst_ip;
+    rc = bpf_fib_lookup(ctx, &fib, sizeof(fib), BPF_FIB_LOOKUP_DIRECT);
+    if (rc == BPF_FIB_LKUP_RET_FWD_DISABLED) {   /* misconfigured: blind, not dead */
+        rl_arn_stat(ARN_S_WATCH_BLIND);
+        return 1;
+    }
+    if (rc != BPF_FIB_LKUP_RET_SUCCESS && rc != BPF_FIB_LKUP_RET_NO_NEIGH)
+        return 0;
+    out = rl_port(fib.ifindex);
+    return out && out->slot == slot;
+}
+
+static __always_inline int rl_watching(void)
+{
+    __u32 zero = 0;
+    struct arn_cfg *cfg = arn_cfg.lookup(&zero);
+
+    return cfg && (cfg->flags & ARN_F_WATCH);
+}
+
+/* The watch found the link of member idx of group gid down: rescan in xdp_link_scan. */
+static __always_inline int rl_watch_rescan(struct xdp_md *ctx, __u32 gid, __u32 idx)
+{
+    __u32 zero = 0;
+    struct link_watch *w = link_watch.lookup(&zero);
+
+    rl_arn_stat(ARN_S_WATCH_DEAD);
+    if (w) {
+        w->gid = gid;
+        w->member = idx;
+        arn_progs.call(ctx, ARN_PROG_LINK_SCAN);
+    }
+    return rl_drop(ctx, NULL, DROP_MEMBERS_DOWN);
+}
+
+/* This run of xdp_switch is xdp_link_scan's second: the members it found down (of group
+ * *gid), taken once. 0: a packet's first run. */
+static __always_inline __u64 rl_watch_rescanned(__u32 *gid)
+{
+    __u32 zero = 0;
+    struct link_watch *w = link_watch.lookup(&zero);
+
+    if (!w || !w->pending)
+        return 0;
+    w->pending = 0;
+    *gid = w->gid;
+    return w->down;
+}
+
 /* Tail call (arn_progs[ARN_PROG_TX]) of xdp_switch for a data packet that met a group with
  * no live member: xdp_switch has counted it as dropped (DROP_MEMBERS_DOWN) and checked
  * ARN_F_GENERATE and that its ingress port is a fabric link. It is turned into a
@@ -1046,6 +1130,49 @@ int xdp_notice_rx(struct xdp_md *ctx)
     return rl_exit(ctx, (cfg->flags & ARN_F_PASS) ? XDP_PASS : XDP_DROP);
 }
 
+/* Members of grp whose link the watch finds down; every member is asked. */
+static __always_inline __u64 rl_links_down(struct xdp_md *ctx, const struct group *grp)
+{
+    __u64 mask = 0, down;
+    __u32 i, n = grp->n_members;
+
+#pragma clang loop unroll(disable)
+    for (i = 0; i < WCMP_SLOTS; i++) {
+        if (i >= n)
+            break;
+        down = rl_link_up(ctx, grp->eslots[i]) ? 0 : ~0ULL;
+        RL_OPAQUE(down);          /* one state per iteration, not one per answer so far */
+        mask |= down & (1ULL << i);
+        RL_OPAQUE(mask);
+    }
+    return mask;
+}
+
+/* Tail call (arn_progs[ARN_PROG_LINK_SCAN]) of xdp_switch, whose pick's link the watch
+ * found down before the agent did: every member of the group is asked, the answer left in
+ * link_watch for this CPU, and xdp_switch runs the packet again (arn_progs[ARN_PROG_SWITCH]),
+ * now with those members dead: re-picked as the agent's down mask would re-pick it, or, if
+ * none is left, a dead group (and a notice upstream). The rare path gets its own program:
+ * inline, the scan multiplied the states the verifier walks after it past its limit. */
+int xdp_link_scan(struct xdp_md *ctx)
+{
+    __u32 zero = 0;
+    struct link_watch *w = link_watch.lookup(&zero);
+    struct group *grp;
+
+    if (!w)
+        return rl_exit(ctx, XDP_DROP);
+    grp = groups.lookup(&w->gid);
+    if (grp) {
+        w->down = rl_links_down(ctx, grp) | (1ULL << (w->member & 63));
+        w->pending = 1;
+        arn_progs.call(ctx, ARN_PROG_SWITCH);
+    }
+    w->pending = 0;          /* no program to run again: the packet is lost as a redirect
+                              * into the dead link would have lost it */
+    return rl_drop(ctx, NULL, DROP_MEMBERS_DOWN);
+}
+
 /* Trivial program for the far end of a switch link (host NICs): gives that veth
  * an XDP program so frames the switch sends it with XDP_TX are delivered (ARP replies
  * on PORT_F_ARP_XDP_TX ports; everything else reaches it by redirect). */
@@ -1089,8 +1216,8 @@ int xdp_switch(struct xdp_md *ctx)
     struct tcphdr *tcph;
     struct ib_bth *bth;
     __u32 switch_id, slot, gid, idx, midx, fields, seed, sw_fields, sw_hash;
-    __u64 avoid = 0, dead, live, all, now = 0, placed = 0;
-    __u32 rflags;
+    __u64 avoid = 0, dead, live, all, now = 0, placed = 0, rescan;
+    __u32 rflags, rescan_gid = 0;
     int proto;
 
     port = rl_port(ifindex);
@@ -1098,10 +1225,11 @@ int xdp_switch(struct xdp_md *ctx)
         return rl_drop(ctx, NULL, DROP_UNKNOWN_PORT);
     slot = port->slot;
     switch_id = port->switch_id;
+    rescan = rl_watch_rescanned(&rescan_gid);   /* a second run counts nothing twice */
     ps = port_stats.lookup(&slot);
     if (ps) {
-        ps->rx_packets++;
-        ps->rx_bytes += len;
+        ps->rx_packets += !rescan;
+        ps->rx_bytes += len & -(__u64)!rescan;
     }
     if (port->flags & PORT_F_DOWN)
         return rl_drop(ctx, ps, DROP_PORT_DOWN);
@@ -1210,14 +1338,9 @@ route:
     /* liveness: down members are never used; the route's avoid mask (remote failure,
      * ARN) is honoured unless it would leave nothing live */
     all = rl_member_mask(grp->n_members);
-    dead = grp->down_mask;
-    if (!(all & ~dead)) {   /* nowhere to go: dropped, and maybe a notice upstream */
-        rl_count_drop(ctx, ps, DROP_MEMBERS_DOWN);
-        RL_STAMP(switch_id, dead_ns, &now);
-        if (rl_notice_wanted(slot))
-            arn_progs.call(ctx, ARN_PROG_TX);
-        return rl_exit(ctx, XDP_DROP);
-    }
+    dead = grp->down_mask | (rescan & -(__u64)(gid == rescan_gid));
+    if (!(all & ~dead))     /* nowhere to go: dropped, and maybe a notice upstream */
+        return rl_dead_group(ctx, ps, switch_id, slot, &now);
     if (all & ~(dead | avoid)) {
         if (avoid & all & ~dead)   /* the mask steers this packet: the reaction's last step */
             RL_STAMP(switch_id, avoid_ns, &now);
@@ -1237,6 +1360,8 @@ route:
     m = members.lookup(&midx);
     if (!m || !m->ifindex)
         return rl_drop(ctx, ps, DROP_NO_MEMBER);
+    if (!rescan && rl_watching() && !rl_link_up(ctx, m->egress_slot))
+        return rl_watch_rescan(ctx, gid, idx);
     mc = member_stats.lookup(&midx);
     rl_flow_seen(&f, m->egress_slot, len, &now);
     return rl_transmit(ctx, eth, iph, m, len, mc, &now, slot, placed);

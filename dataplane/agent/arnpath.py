@@ -15,6 +15,11 @@ instead of dropped, so that tcpdump on that port sees it (XDP_TX frames pass no 
 point on their way out, and a dropped one none on the way in); the monitor's socket then
 receives it and leaves it alone (consumed_below).
 
+With dataplane, the switches also watch their fabric links themselves (bpf/switch.c
+rl_link_up): a link the kernel has taken down is left at once, as an ASIC's fast failover
+would, without waiting for the agent's netlink; a packet whose group that leaves empty is
+the one that becomes the notice.
+
 program() writes the data plane's side of the setting: on/off, the hold a notice carries
 (0: until RESTORE), the rate limit (the monitor's real-fabric interval_ms as wall-clock
 time at the lab's scale), and which ports are switch-switch links with the notice's
@@ -44,7 +49,7 @@ def program(spec, dp, cfg: dict, wall_us) -> None:
     # and port) is the congestion notices' interval, at least 1 ms of wall time.
     interval_ns = max(1_000_000, round(wall_us(cfg["interval_ms"] * 1000) * 1000))
     dp.set_notices(generate=on and cfg["notify"], consume=on, hold_ms=0, interval_ns=interval_ns,
-                   pass_consumed=on and cfg["arn_capture"])
+                   pass_consumed=on and cfg["arn_capture"], watch=on)
     if not on:      # nothing will RESTORE what the data plane still excludes
         dp.clear_exclusions()
     for node in spec.switches:

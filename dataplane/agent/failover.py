@@ -92,27 +92,46 @@ class Failover:
                 states.update(_link_states(netns, idx))
             for ifx in ifindexes:
                 self.m.released_ns[ifx] = read_ns
-            for ifx in ifindexes:
-                node, iface = self.m.spec.port(ifx)
-                self.port_event(node, iface, states.get(ifx, False))
+            # every port first, the notices after: a RESTORE sent as soon as one end of a
+            # repaired link is up brought the upstream's traffic back before the other end
+            # accepted it (with the data plane consuming the RESTORE within microseconds,
+            # a packet per flow was dropped there as port_down)
+            changed = self._apply([(*self.m.spec.port(ifx), states.get(ifx, False)) for ifx in ifindexes])
+            self._notify(changed, time.monotonic_ns())
         return {"up": sum(states.values()), "ports": len(ifindexes), "t_ns": time.monotonic_ns()}
 
     def port_event(self, node, iface, up: bool, t_rx: int | None = None) -> None:
+        """A port's new state, into the data plane, and the switch's notices upstream."""
         with self.m.lock:
-            if iface.ifindex in self.m.held:
-                return
-            if self.m.dp.port_is_up(iface.ifindex) == up:
-                return
-            groups = self.m.dp.set_port_state(iface.ifindex, up)
-            t_map = time.monotonic_ns()
+            if self._apply([(node, iface, up)], t_rx):
+                self._notify([node], time.monotonic_ns())
+
+    def _apply(self, changes, t_rx: int | None = None) -> list:
+        """(node, iface, up) of ports not held, into the data plane as one change (every end
+        coming up accepts traffic before anyone sends into it: set_port_states). Returns the
+        switches whose ports changed, in order."""
+        moving = [(node, iface, up) for node, iface, up in changes
+                  if iface.ifindex not in self.m.held and self.m.dp.port_is_up(iface.ifindex) != up]
+        if not moving:
+            return []
+        groups = self.m.dp.set_port_states([(iface.ifindex, up) for _, iface, up in moving])
+        t_map = time.monotonic_ns()
+        nodes = []
+        for node, iface, up in moving:
             self.m.events.append({"event": "port_up" if up else "port_down", "switch": node.name,
-                                "port": iface.name, "ifindex": iface.ifindex, "t_rx_ns": t_rx or t_map,
-                                "t_map_ns": t_map, "groups": groups})
-            if self.m.cfg["notify"]:
-                # every group of the switch, not only the port's: after a reset the
-                # switch re-announces prefixes it still cannot reach. With arn_path
-                # dataplane the switch's program sends the WITHDRAW, the agent the RESTORE.
-                self.notify_reachability(node, None, t_map, withdraw=self.m.cfg["arn_path"] == "agent")
+                                  "port": iface.name, "ifindex": iface.ifindex, "t_rx_ns": t_rx or t_map,
+                                  "t_map_ns": t_map, "groups": groups.get(iface.ifindex, [])})
+            if node not in nodes:
+                nodes.append(node)
+        return nodes
+
+    def _notify(self, nodes, now: int) -> None:
+        """Every group of each switch, not only the changed ports': after a reset the switch
+        re-announces prefixes it still cannot reach. With arn_path dataplane the switch's
+        program sends the WITHDRAW, the agent the RESTORE."""
+        if self.m.cfg["notify"]:
+            for node in nodes:
+                self.notify_reachability(node, None, now, withdraw=self.m.cfg["arn_path"] == "agent")
 
     def notify_reachability(self, node, gids, now, withdraw: bool = True) -> None:
         """S lost (or regained) every member for a prefix: withdraw (restore) it upstream

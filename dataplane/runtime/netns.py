@@ -108,6 +108,14 @@ def _namespace_sysctls(node: NodeSpec, dataplane: str = "xdp") -> dict[str, str]
         "net/ipv4/ip_forward": "1" if kernel_switch else "0",
         "net/ipv4/conf/all/rp_filter": "0", "net/ipv4/conf/default/rp_filter": "0",
     }
+    if node.role != "host" and not kernel_switch:
+        # the link watch (bpf/switch.c rl_link_up) asks the FIB about a fabric port's
+        # connected route: entered on lo, which must forward for the lookup to answer
+        # (nothing arrives on lo from outside, so the kernel still forwards nothing), and
+        # a port without carrier must fail it as a downed one does
+        values.update({"net/ipv4/conf/lo/forwarding": "1",
+                       "net/ipv4/conf/all/ignore_routes_with_linkdown": "1",
+                       "net/ipv4/conf/default/ignore_routes_with_linkdown": "1"})
     if kernel_switch:
         values.update({"net/ipv4/fib_multipath_hash_policy": "1",
                        "net/ipv4/conf/all/send_redirects": "0",

@@ -128,7 +128,9 @@ ARN_NF_XDP = 0x2             # header flags: made by the data plane
 ARN_F_GENERATE = 1 << 0      # arn_cfg.flags
 ARN_F_CONSUME = 1 << 1
 ARN_F_PASS = 1 << 2          # consumed notices go up the stack (captures see them)
+ARN_F_WATCH = 1 << 3         # the data path checks a fabric link in the FIB before using it
 ARN_PORT_F_FABRIC = 1 << 0   # arn_ports.flags: a switch-switch link
+ARN_PORT_F_WATCHED = 1 << 1  # ... whose address has a connected route to dst_ip (link watch)
 ARN_S_SENT = 0
 ARN_S_SUPPRESSED = 1
 ARN_S_TX_FAILED = 2
@@ -137,10 +139,15 @@ ARN_S_RESTORE_RX = 4
 ARN_S_MALFORMED = 5
 ARN_S_NOT_FABRIC = 6
 ARN_S_IGNORED = 7
-ARN_STAT_MAX = 8
+ARN_S_WATCH_DEAD = 8
+ARN_S_WATCH_BLIND = 9
+ARN_STAT_MAX = 10
+RL_LOOPBACK_IFINDEX = 1       # the link watch's FIB lookups enter on lo
 ARN_PROG_TX = 0              # arn_progs slots: the notice programs xdp_switch tail-calls
 ARN_PROG_RX = 1
-ARN_PROGS = 2
+ARN_PROG_LINK_SCAN = 2       # ... the link watch's rescan
+ARN_PROG_SWITCH = 3          # ... xdp_switch itself, run again after the rescan
+ARN_PROGS = 4
 ARN_STATS: dict[int, str] = {
     ARN_S_SENT: "sent",
     ARN_S_SUPPRESSED: "suppressed",
@@ -150,6 +157,8 @@ ARN_STATS: dict[int, str] = {
     ARN_S_MALFORMED: "malformed",
     ARN_S_NOT_FABRIC: "not_fabric",
     ARN_S_IGNORED: "ignored",
+    ARN_S_WATCH_DEAD: "watch_found_down",
+    ARN_S_WATCH_BLIND: "watch_blind",
 }
 
 
@@ -549,6 +558,18 @@ class ArnStamps(ct.Structure):
 ARN_STAMP_FIELDS = tuple(name for name, _ in ArnStamps._fields_)
 
 
+class LinkWatch(ct.Structure):
+    """value of `link_watch` (per-CPU array, key 0): the link watch's rescan of one packet's
+    group, between xdp_switch and xdp_link_scan (the data path's own scratch)"""
+    _fields_ = [
+        ("gid", ct.c_uint32),
+        ("member", ct.c_uint32),
+        ("down", ct.c_uint64),
+        ("pending", ct.c_uint32),
+        ("_pad", ct.c_uint32),
+    ]
+
+
 class ArnSentKey(ct.Structure):
     """key of `arn_sent` (LRU; value c_uint64 ns of the last notice)"""
     _fields_ = [
@@ -605,6 +626,7 @@ MAPS: dict[str, tuple[type, type]] = {
     "arn_stats": (ct.c_uint32, ct.c_uint64),
     "arn_stamps": (ct.c_uint32, ArnStamps),
     "arn_progs": (ct.c_uint32, ct.c_uint32),
+    "link_watch": (ct.c_uint32, LinkWatch),
 }
 
 # C #define name -> value mirrored above (checked against railab_consts.h)

@@ -42,7 +42,10 @@ BPF_DIR = Path(__file__).resolve().parents[2] / "bpf"
 SWITCH_C = BPF_DIR / "switch.c"
 PROG_NAME = "xdp_switch"
 HANDOFF_PROG_NAME = "tc_handoff"
-NOTICE_PROGS = {abi.ARN_PROG_TX: "xdp_notice_tx", abi.ARN_PROG_RX: "xdp_notice_rx"}   # arn_progs
+# arn_progs: the programs xdp_switch tail-calls (the notices, the link watch's rescan) and
+# xdp_switch itself, which the rescan runs again
+NOTICE_PROGS = {abi.ARN_PROG_TX: "xdp_notice_tx", abi.ARN_PROG_RX: "xdp_notice_rx",
+                abi.ARN_PROG_LINK_SCAN: "xdp_link_scan", abi.ARN_PROG_SWITCH: PROG_NAME}
 PINNED_PROGS = (PROG_NAME, "xdp_pass", HANDOFF_PROG_NAME)   # pin()/unpin() order
 
 

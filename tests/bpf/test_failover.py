@@ -180,3 +180,23 @@ def test_a_new_host_route_starts_with_its_covering_routes_avoid_mask(dp, lab, mo
         dp.del_route(SW, "10.40.0.8/32")
         dp.del_group(G + 1)
         dp.set_route_avoid(SW, "10.40.0.0/16", 0)
+
+
+def test_ports_changed_together_open_before_any_group_uses_them(dp, lab, restore_ports, monkeypatch):
+    """set_port_states: the ports coming up accept traffic (their port entries written)
+    before any group sends into one of them, and the groups leave the ports going down
+    before those drop what arrives: the two ends of a repaired link, set together, never
+    have one sending into the other's still-closed port."""
+    dp.set_port_states([(EG[0], False), (EG[1], False)])
+    writes = []
+    update = dp.maps.update
+    monkeypatch.setattr(dp.maps, "update", lambda name, key, value: writes.append(
+        (name, key.value if name in ("port_index", "ports") else None)) or update(name, key, value))
+    changed = dp.set_port_states([(EG[0], True), (IN, False), (EG[1], True), (EG[2], True)])
+    assert changed == {EG[0]: [G], IN: [], EG[1]: [G]}, "EG[2] was up already: no change"
+    first_group = [name for name, _ in writes].index("groups")
+    assert {ifx for _, ifx in writes[:first_group]} == {EG[0], EG[1]}, "both ends opened first"
+    assert {ifx for _, ifx in writes[first_group:]} - {None} == {IN}, "the closing port last"
+    assert dp.port_is_up(EG[0]) and dp.port_is_up(EG[1]) and not dp.port_is_up(IN)
+    dp.set_port_state(IN, True)
+    assert _flow_map(dp, lab, range(2000, 2040))

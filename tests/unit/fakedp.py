@@ -39,9 +39,10 @@ class FakeDataplane:
                                               speed_bps=speed_bps)
         self.up.setdefault(ifindex, True)
 
-    def set_notices(self, *, generate, consume, hold_ms, interval_ns=None, pass_consumed=False):
+    def set_notices(self, *, generate, consume, hold_ms, interval_ns=None, pass_consumed=False,
+                    watch=False):
         self.notices = {"generate": generate, "consume": consume, "hold_ms": hold_ms,
-                        "interval_ns": interval_ns, "pass_consumed": pass_consumed}
+                        "interval_ns": interval_ns, "pass_consumed": pass_consumed, "watch": watch}
 
     def clear_exclusions(self, switch_id=None):
         self.exclusions_cleared = getattr(self, "exclusions_cleared", 0) + 1
@@ -138,8 +139,15 @@ class FakeDataplane:
         return self.up.get(ifindex, True)
 
     def set_port_state(self, ifindex, up):
-        self.up[ifindex] = up
-        return [gid for gid, g in self.groups.items() if any(ifx == ifindex for ifx, _ in g.members)]
+        return self.set_port_states([(ifindex, up)]).get(ifindex, [])
+
+    def set_port_states(self, changes):
+        out = {}
+        for ifindex, up in changes:
+            if self.up.get(ifindex, True) != up:
+                self.up[ifindex] = up
+                out[ifindex] = [gid for gid, g in self.groups.items() if any(ifx == ifindex for ifx, _ in g.members)]
+        return out
 
     def group_down_mask(self, gid):
         return sum(1 << k for k, (i, _) in enumerate(self.groups[gid].members) if not self.up.get(i, True))

@@ -372,6 +372,7 @@ def test_arn_path_dataplane_programs_the_switches_and_silences_the_agent():
     # link-down exclusions hold until the agent's RESTORE; notices at most one per interval
     assert p.dp.notices["generate"] and p.dp.notices["consume"] and p.dp.notices["hold_ms"] == 0
     assert p.dp.notices["interval_ns"] >= 1_000_000
+    assert p.dp.notices["watch"], "the switches watch their own links"
     for node in p.spec.switches:
         for iface in node.interfaces:
             port = p.dp.notice_ports[iface.ifindex]
@@ -392,9 +393,40 @@ def test_arn_path_dataplane_programs_the_switches_and_silences_the_agent():
     restores = [msg for msg, _ in mon.udp["spine1"].sent]
     assert restores and all(n.type == T_RESTORE for n in restores)   # the agent restores
     mon.configure(arn_path="agent")
-    assert not p.dp.notices["generate"] and not p.dp.notices["consume"]
+    assert not p.dp.notices["generate"] and not p.dp.notices["consume"] and not p.dp.notices["watch"]
     assert p.dp.exclusions_cleared       # nothing would RESTORE what the data plane excludes
     assert not any(v["fabric"] for v in p.dp.notice_ports.values())
+
+
+def test_a_repair_restores_upstream_only_once_both_ends_of_the_link_are_up(monkeypatch):
+    """release() of a repaired link, spine end first: the RESTORE leaves after the leaf's
+    end is up too. Sent with the first end, the data plane's upstream (which acts on it
+    within microseconds) sent into a link whose far end still dropped as port_down."""
+    from dataplane.agent import failover
+    mon = _monitor()
+    p = mon.p
+    mon.configure(arn_path="dataplane")
+    spine1 = p.spec.node("spine1")
+    gid = p.routing.group_ids("spine1")[0]
+    ends = []
+    for ifindex, _ in p.dp.groups[gid].members:
+        node, iface = p.spec.port(ifindex)
+        far = p.spec.node(iface.peer_node).interface(iface.peer_if)
+        ends.append((ifindex, far.ifindex))
+        mon.port_event(spine1, iface, False)
+        mon.port_event(p.spec.node(iface.peer_node), far, False)
+    assert mon.withdrawn
+    monkeypatch.setattr(failover, "_link_states", lambda netns, idx: dict.fromkeys(idx, True))
+    order = []
+    set_port_states = p.dp.set_port_states
+    monkeypatch.setattr(p.dp, "set_port_states",
+                        lambda changes: order.append(("ports", changes)) or set_port_states(changes))
+    sock = mon.udp["spine1"]
+    monkeypatch.setattr(sock, "sendto", lambda data, addr: order.append(("notice", Notice.unpack(data).type)))
+    spine_end, leaf_end = ends[0]
+    mon.release([spine_end, leaf_end])
+    assert order[0] == ("ports", [(spine_end, True), (leaf_end, True)]), "both ends as one change"
+    assert ("notice", T_RESTORE) in order[1:] and not mon.withdrawn
 
 
 def test_notices_the_data_plane_consumed_are_left_alone_by_the_agent():

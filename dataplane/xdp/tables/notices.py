@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ctypes as ct
 import time
+from ipaddress import IPv4Address, IPv4Interface
 
 from dataplane.xdp import abi
 from dataplane.xdp.bpfio import DataplaneError
@@ -24,12 +25,15 @@ class NoticeTables:
     shadow state and range checks."""
 
     def set_notices(self, *, generate: bool, consume: bool, hold_ms: int, interval_ns: int | None = None,
-                    pass_consumed: bool = False) -> None:
+                    pass_consumed: bool = False, watch: bool = False) -> None:
         """generate: a packet into a group with no live member becomes a WITHDRAW notice
         back out of its (fabric) ingress port, carrying hold_ms (wall ms; 0: until a
         RESTORE); at most one per (switch, route, port) per interval_ns (default: the hold). consume: notices
         arriving on fabric ports set exclusions and are dropped -- or, with pass_consumed,
-        passed up the switch's stack (so that a capture on the port sees them)."""
+        passed up the switch's stack (so that a capture on the port sees them). watch: before
+        sending into a watched fabric link, the data path asks the switch's FIB whether the
+        link is up (bpf/switch.c rl_link_up), so it stops using a downed link before the
+        agent hears of it."""
         if not 0 <= hold_ms <= 0xFFFFFFFF or (hold_ms == 0 and interval_ns is None):
             raise ValueError(f"notice hold_ms {hold_ms!r}: must be 0 (until RESTORE, with an interval_ns) "
                              "or 1 .. 2**32-1")
@@ -37,7 +41,7 @@ class NoticeTables:
         if not 0 <= interval < 1 << 63:
             raise ValueError(f"notice interval_ns {interval_ns!r} out of range")
         flags = ((abi.ARN_F_GENERATE if generate else 0) | (abi.ARN_F_CONSUME if consume else 0)
-                 | (abi.ARN_F_PASS if pass_consumed else 0))
+                 | (abi.ARN_F_PASS if pass_consumed else 0) | (abi.ARN_F_WATCH if watch else 0))
         self.maps.update("arn_cfg", ct.c_uint32(0), abi.ArnCfg(flags=flags, hold_ms=int(hold_ms),
                                                                interval_ns=interval))
 
@@ -45,19 +49,24 @@ class NoticeTables:
         cfg = abi.ArnCfg()
         self.maps.lookup("arn_cfg", ct.c_uint32(0), cfg)
         return {"generate": bool(cfg.flags & abi.ARN_F_GENERATE), "consume": bool(cfg.flags & abi.ARN_F_CONSUME),
-                "pass_consumed": bool(cfg.flags & abi.ARN_F_PASS),
+                "pass_consumed": bool(cfg.flags & abi.ARN_F_PASS), "watch": bool(cfg.flags & abi.ARN_F_WATCH),
                 "hold_ms": cfg.hold_ms, "interval_ns": cfg.interval_ns}
 
     def set_notice_port(self, ifindex: int, *, fabric: bool, src: str | None = None, dst: str | None = None,
                         peer_switch: int = 0) -> None:
         """Port ifindex is a switch-switch link (fabric: notices go out of it and are
         accepted from it) or not; src / dst: the notice's IPv4 source (the switch's address
-        on the port; None: 0.0.0.0) and destination (the neighbour's; None: 255.255.255.255);
-        peer_switch: the neighbour's switch id, so that a notice arriving on one of several
-        links to it excludes every one (0: this link's members only)."""
+        on the port, with its prefix length; None: 0.0.0.0) and destination (the
+        neighbour's; None: 255.255.255.255); peer_switch: the neighbour's switch id, so that
+        a notice arriving on one of several links to it excludes every one (0: this link's
+        members only). A fabric port whose address's prefix holds dst is watched: the port's
+        connected route to dst lives exactly as long as the link (rl_link_up)."""
         slot = self.port_info(ifindex).slot
+        flags = 0
+        if fabric:
+            flags = abi.ARN_PORT_F_FABRIC | (abi.ARN_PORT_F_WATCHED if _connected(src, dst) else 0)
         self.maps.update("arn_ports", ct.c_uint32(slot), abi.ArnPort(
-            flags=abi.ARN_PORT_F_FABRIC if fabric else 0,
+            flags=flags,
             src_ip=abi.ip_be(src.split("/")[0]) if src else 0,
             dst_ip=abi.ip_be(dst.split("/")[0]) if dst else 0,
             peer_switch=peer_switch if fabric else 0))
@@ -65,7 +74,7 @@ class NoticeTables:
     def notice_port(self, ifindex: int) -> dict:
         p = abi.ArnPort()
         self.maps.lookup("arn_ports", ct.c_uint32(self.port_info(ifindex).slot), p)
-        return {"fabric": bool(p.flags & abi.ARN_PORT_F_FABRIC),
+        return {"fabric": bool(p.flags & abi.ARN_PORT_F_FABRIC), "watched": bool(p.flags & abi.ARN_PORT_F_WATCHED),
                 "src": abi.ip_str(p.src_ip) if p.src_ip else None,
                 "dst": abi.ip_str(p.dst_ip) if p.dst_ip else None, "peer_switch": p.peer_switch}
 
@@ -139,4 +148,14 @@ class NoticeTables:
             self.maps.update("arn_switch", ct.c_uint32(sw), st)
             self._routes_changed(sw)   # new route_gen: no cached route keeps an exclusion
         return gone
+
+
+def _connected(src: str | None, dst: str | None) -> bool:
+    """The port's address src ("a.b.c.d/len") puts dst on the port's own segment: the kernel
+    keeps a connected route to dst through the port while it is up (and the port is not a
+    /32, which has no such route)."""
+    if not src or not dst or "/" not in src:
+        return False
+    port = IPv4Interface(src)
+    return port.network.prefixlen < 32 and IPv4Address(dst.split("/")[0]) in port.network
 

@@ -81,23 +81,35 @@ class PortTables:
         group stops using members that egress through it (group.down_mask), at once and
         without recomputing routes: flows on live members keep their member, flows of the
         dead one are re-picked among the live ones. Returns the group ids rewritten."""
-        info = self.port_info(ifindex)
-        flags = (info.flags & ~abi.PORT_F_DOWN) | (0 if up else abi.PORT_F_DOWN)
-        if flags == info.flags:
-            return []
-        info.flags = flags
-        # order: when going down, first stop selecting it, then drop its ingress; going up,
-        # accept ingress first. Either order is safe; this one loses nothing extra.
-        if up:
-            self._write_port(ifindex, info)
-        changed = []
+        return self.set_port_states([(ifindex, up)]).get(ifindex, [])
+
+    def set_port_states(self, changes: list[tuple[int, bool]]) -> dict[int, list[int]]:
+        """set_port_state for several ports as one change: every port coming up accepts
+        what arrives before any group sends into one of them, and every group leaves the
+        ports going down before they drop what arrives. So the two ends of a repaired link
+        never have one end sending into the other's still-closed port. Returns {ifindex:
+        group ids rewritten} of the ports whose state changed."""
+        moved: dict[int, bool] = {}
+        for ifindex, up in changes:
+            info = self.port_info(ifindex)
+            flags = (info.flags & ~abi.PORT_F_DOWN) | (0 if up else abi.PORT_F_DOWN)
+            if flags != info.flags:
+                info.flags = flags
+                moved[ifindex] = up
+        for ifindex, up in moved.items():
+            if up:
+                self._write_port(ifindex, self._ports[ifindex])
+        rewritten: dict[int, list[int]] = {ifindex: [] for ifindex in moved}
         for gid, g in self._groups.items():
-            if any(ifx == ifindex for ifx, _ in g.members):
+            hit = {ifx for ifx, _ in g.members if ifx in moved}
+            if hit:
                 self._write_header(gid, g)
-                changed.append(gid)
-        if not up:
-            self._write_port(ifindex, info)
-        return changed
+                for ifindex in hit:
+                    rewritten[ifindex].append(gid)
+        for ifindex, up in moved.items():
+            if not up:
+                self._write_port(ifindex, self._ports[ifindex])
+        return rewritten
 
     def port_is_up(self, ifindex: int) -> bool:
         return not self.port_info(ifindex).flags & abi.PORT_F_DOWN
