@@ -1,4 +1,6 @@
-"""`railab topo gen KIND ...` writes a containerlab file; `railab topo check FILE` reads one."""
+"""`railab topo gen KIND ...` writes a containerlab file; `railab topo check FILE` reads one;
+`railab topo images FILE` rewrites one to railab's container images (for a plain
+`containerlab deploy` followed by `railab attach`)."""
 from __future__ import annotations
 
 import argparse
@@ -6,7 +8,10 @@ import json
 import sys
 from collections import Counter
 
-from dataplane.topology import clab
+from dataplane import yamlfile
+from dataplane.errors import TopologyError
+from dataplane.runtime.containerlab import node_image, switch_image
+from dataplane.topology import clab, clabimages
 from dataplane.topology.addressing import plan_addresses
 from dataplane.topology.generate import ALL_PARAMS, command_line, flag, generate
 from dataplane.topology.infer import natural_key
@@ -55,6 +60,15 @@ def register(subparsers) -> None:
     check.add_argument("--json", action="store_true", help="machine-readable output")
     check.set_defaults(func=run_check)
 
+    images = actions.add_parser(
+        "images", help="rewrite a containerlab file to railab's node and switch images",
+        description="Rewrite a containerlab file so that a plain `containerlab deploy` builds "
+                    "it from railab's images (switches railab-switch, hosts railab-node, links "
+                    "MTU 1500); then `railab attach LAB` runs railab's XDP switches in it.")
+    images.add_argument("file", metavar="FILE")
+    images.add_argument("-o", "--output", metavar="FILE", help="file to write (default: stdout)")
+    images.set_defaults(func=run_images)
+
 
 def run_gen(args: argparse.Namespace) -> int:
     topo = generate(args.kind, name=args.name, **{p: getattr(args, p) for p in ALL_PARAMS})
@@ -64,6 +78,22 @@ def run_gen(args: argparse.Namespace) -> int:
         return 0
     clab.write(topo, args.output, header)
     print(f"wrote {args.output}: {describe_nodes(topo)}, {len(topo.links)} links")
+    return 0
+
+
+def run_images(args: argparse.Namespace) -> int:
+    text = yamlfile.read_text(args.file, TopologyError, "topology file")
+    out = clabimages.rewrite(text, args.file, node_image(), switch_image())
+    if args.output in (None, "-"):
+        sys.stdout.write(out)
+        return 0
+    try:
+        with open(args.output, "w", encoding="utf-8") as f:
+            f.write(out)
+    except OSError as err:
+        raise TopologyError(f"{args.output}: cannot write: {err.strerror}") from None
+    print(f"wrote {args.output}: deploy it with `containerlab deploy -t {args.output}`, "
+          f"then `railab attach {clab.parse(out, args.output).topology.name}`")
     return 0
 
 

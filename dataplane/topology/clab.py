@@ -353,7 +353,8 @@ class _Reader:
             if f"railab.{fact}" in labels:
                 setattr(node, fact, self._int(f"node {name}: label railab.{fact}",
                                               labels[f"railab.{fact}"], minimum))
-        if role_label == "external" or (role_label is None and kind_role == "host" and image):
+        own_image = bool(image) and infer.railab_image_role(image) is None
+        if role_label == "external" or (role_label is None and kind_role == "host" and own_image):
             node.external = True
             node.container = _merged_settings(layers)
         node.labels = {k: v for k, v in labels.items()
