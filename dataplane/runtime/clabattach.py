@@ -86,7 +86,12 @@ def build_spec(lab: str, topology: str | None = None, dataplane: str = "xdp") ->
         raise RuntimeStateError(f"lab {lab}: containerlab did not record its topology file; "
                                 "give it with --topology FILE")
     topo = clab.read(path)
-    topo.name = lab
+    if topo.name != lab:
+        # containerlab 0.79 destroys a lab by its file's name (`destroy --name` reads the
+        # file again and takes its name): railab could not remove such a lab cleanly
+        raise RuntimeStateError(f"lab {lab} was deployed from {path}, whose lab is {topo.name} "
+                                "(containerlab deploy --name); containerlab cannot destroy it by "
+                                "its own name: give the name in the file instead")
     spec = labspec.build(topo, str(Path(path).resolve()), runtime="containerlab", dataplane=dataplane)
     spec.attached = True
     by_node = {c.node: c for c in found}
@@ -128,6 +133,9 @@ def remove(lab: str, spec: LabSpec | None) -> None:
         return
     target = ["-t", spec.source] if Path(spec.source).exists() else ["--name", lab]
     clab_runtime.run_tool(["containerlab", "destroy", *target, "--cleanup", "--yes"], timeout=300)
+    left = clab_runtime.containers_labelled(f"containerlab={lab}")
+    if left:        # the file changed or went since the deploy: the containers go anyway
+        clab_runtime.run_tool(["docker", "rm", "-f", *left], timeout=120)
 
 
 def leftovers(lab: str) -> bool:
