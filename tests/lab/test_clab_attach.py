@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from dataplane.agent import client
-from dataplane.runtime import containerlab, state
+from dataplane.runtime import containerlab, lifecycle, state
 
 from .conftest import bpf_prog_exists, leftovers, railab, shipped, unique_name, wait_for, xdp_prog_ids_in
 
@@ -93,6 +93,20 @@ def test_containerlab_deploys_railab_attaches_probe_is_clean_destroy_leaves_noth
         spec = state.load(name).spec
         assert spec.attached and spec.runtime == "containerlab"
         assert {n.netns for n in spec.nodes} == {f"clab-{name}-{n.name}" for n in spec.nodes}
+
+        # What an attach that fails half-way runs: railab's part goes, containerlab's stays,
+        # and attaching again works.
+        lifecycle.release(spec)
+        assert leftovers(name) == [f"containerlab netns {n}" for n in sorted(n.netns for n in spec.nodes)]
+        assert all(xdp_prog_ids_in(n.netns) == [] for n in spec.switches)
+        host = spec.hosts[0]
+        assert "10." not in subprocess.run(["ip", "-n", host.netns, "-br", "addr"], capture_output=True,
+                                           text=True, check=True).stdout
+        running = subprocess.run(["docker", "ps", "--filter", f"label=containerlab={name}", "-q"],
+                                 capture_output=True, text=True, check=True).stdout.split()
+        assert len(running) == 14
+        railab("attach", name, timeout=300)
+        spec = state.load(name).spec
         leaf = spec.node("leaf1-r0")
         before = _rx_by_switch(name)
         inside_before = _rx_inside(f"clab-{name}-leaf1-r0", leaf.interfaces[0].name)
