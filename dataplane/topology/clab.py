@@ -61,6 +61,7 @@ REFUSED_LINK_TYPES = {"host": "connects to the lab's host machine",
                       "macvlan": "attaches to a physical interface of the lab's host machine",
                       "vxlan": "tunnels to another machine",
                       "vxlan-stitched": "tunnels to another machine",
+                      "vxlan-stitch": "tunnels to another machine",
                       "veth-stitched": "is stitched to a tunnel"}
 SPECIAL_ENDPOINT_NODES = {"host": "host", "macvlan": "macvlan", "mgmt-net": "mgmt-net"}
 

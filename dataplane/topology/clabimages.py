@@ -55,7 +55,7 @@ def rewrite(text: str, source: str, host_image: str, switch_image: str) -> str:
     renamed = {(node, old): new for node, old, new in loaded.renamed}
     for link in section.get("links") or []:
         _rewrite_link(link, renamed, set(topo.nodes))
-    out = yaml.dump(doc, Dumper=_CompactDumper, sort_keys=False, width=200, default_flow_style=False)
+    out = yaml.dump(doc, Dumper=CompactDumper, sort_keys=False, width=200, default_flow_style=False)
     clab.parse(out, source)     # containerlab's schema and railab's reader both take it
     return (f"# {source} on railab's images (railab topo images): deploy with "
             f"`containerlab deploy -t <this file>`, then `railab attach {topo.name}`\n{out}")
@@ -87,7 +87,7 @@ def _rewrite_link(link: dict, renamed: dict, fabric: set[str]) -> None:
         link["mtu"] = LINK_MTU
 
 
-class _CompactDumper(yaml.SafeDumper):
+class CompactDumper(yaml.SafeDumper):
     """Short mappings and lists of plain values on one line (labels, endpoints, ipv4, vars),
     as railab's generated files write them; everything else in block style."""
 
@@ -106,5 +106,5 @@ def _represent_list(dumper, value):
     return dumper.represent_sequence("tag:yaml.org,2002:seq", value, flow_style=flow)
 
 
-_CompactDumper.add_representer(dict, _represent_dict)
-_CompactDumper.add_representer(list, _represent_list)
+CompactDumper.add_representer(dict, _represent_dict)
+CompactDumper.add_representer(list, _represent_list)
