@@ -11,9 +11,10 @@ stay inside one machine wherever the cabling allows; spines and cores round-robi
 Each host's file is the lab's file (on railab's images: see clabimages) with only that
 host's nodes, its internal links, and one `vxlan-stitch` endpoint per cut link: the same
 VNI on both sides (one per link, from FIRST_VNI), `remote:` the other host's underlay
-address. Each host deploys it as lab `<lab>-<host>`: on one machine (hosts emulated as
-namespaces sharing one Docker engine) equal lab names would let one host's `containerlab
-destroy` take the other's containers.
+address. Each host deploys it as lab `<lab>-<host>`, with a management network of its own
+(see management_network): on one machine (hosts emulated as namespaces sharing one Docker
+engine) equal lab names would let one host's `containerlab destroy` take the other's
+containers.
 """
 from __future__ import annotations
 
@@ -33,6 +34,7 @@ VXLAN_OVERHEAD = 50
 FABRIC_MTU = 1500
 DST_PORT = 14789                 # containerlab's default for vxlan-stitch
 FIRST_VNI = 1000
+MGMT_SUBNET_BASE = 21            # host i's management network 172.20.(21 + i).0/24
 HOST_LABEL = "railab.host"
 HOST_NAME = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9_-]{0,31}$")
 
@@ -116,9 +118,10 @@ def split(doc: dict, topo: Topology, hosts: list[Host], where: dict[str, str],
     them), `topo` what railab read from it."""
     address = {h.name: h.address for h in hosts}
     per_host = {}
-    for host in hosts:
+    for number, host in enumerate(hosts):
         part = copy.deepcopy(doc)
         part["name"] = f"{doc['name']}-{host.name}"
+        part["mgmt"] = management_network(doc["name"], number)
         section = part["topology"]
         section["nodes"] = {n: cfg for n, cfg in section["nodes"].items()
                             if n not in topo.nodes or where[n] == host.name}
@@ -143,6 +146,19 @@ def split(doc: dict, topo: Topology, hosts: list[Host], where: dict[str, str],
     for host, part in per_host.items():
         clab.validate(part, f"host {host}'s file")
     return per_host
+
+
+def management_network(lab: str, number: int) -> dict:
+    """Host `number`'s own containerlab management network. railab's nodes use none
+    (network-mode none), but containerlab makes one per lab; with one name, bridge and
+    subnet per host the parts also deploy side by side on one machine (hosts emulated as
+    namespaces sharing one Docker engine), where containerlab's default network would be
+    claimed by the first part. external-access off: containerlab would edit the machine's
+    firewall for it."""
+    return {"network": f"{lab}-mgmt{number}", "bridge": f"rlmgmt{number}",
+            "ipv4-subnet": f"172.20.{MGMT_SUBNET_BASE + number}.0/24",
+            "ipv6-subnet": f"3fff:172:20:{MGMT_SUBNET_BASE + number}::/64", "external-access": False,
+            "skip-when-unused": True}
 
 
 def _fabric_links(doc: dict) -> list[dict]:
