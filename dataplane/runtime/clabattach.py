@@ -22,14 +22,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dataplane.errors import RuntimeStateError
-from dataplane.kernel import rtnl
 from dataplane.runtime import containerlab as clab_runtime
 from dataplane.runtime import labspec
 from dataplane.runtime.labspec import LabSpec
 from dataplane.runtime.netns import NETNS_DIR, RULE_PRIORITY_BASE, ip_batch
 from dataplane.topology import clab
 from dataplane.topology.infer import railab_image_role
-from dataplane.xdp.bpfio import detach_xdp
 
 NAME = "containerlab-attached"
 LINK_MTU = clab_runtime.LINK_MTU
@@ -144,20 +142,23 @@ def leftovers(lab: str) -> bool:
 
 
 def release(spec: LabSpec) -> None:
-    """Undo what railab did inside the containers (XDP programs, addresses, routes and
-    rules of railab's hosts) and leave the containers running; the agent, pins and
-    state go in lifecycle."""
+    """Undo what railab did inside the containers (XDP programs; addresses, routes and
+    rules of railab's nodes; on a user's own container only the addresses railab gave it)
+    and leave the containers running; the agent, pins and state go in lifecycle."""
     for node in spec.nodes:
         if not os.path.lexists(os.path.join(NETNS_DIR, node.netns)):
             continue
+        commands = []
         if node.role != "host":
-            for iface in node.interfaces:
-                try:
-                    detach_xdp(node.netns, iface.ifindex)
-                except (OSError, rtnl.NetlinkError):
-                    pass        # the port is gone: nothing left on it
-        commands = [f"address flush dev {i.name}" for i in node.interfaces]
-        commands += [f"route flush dev {i.name} table all" for i in node.interfaces]
+            # by name: an attach that failed before taking the kernel's ifindexes into the
+            # spec still holds railab's planned ones
+            commands += [f"link set dev {i.name} {mode} off" for i in node.interfaces
+                         for mode in ("xdpdrv", "xdpgeneric")]
+        if node.external:       # a user's container: only what railab added
+            commands += [f"address del {i.address} dev {i.name}" for i in node.interfaces if i.address]
+        else:
+            commands += [f"address flush dev {i.name}" for i in node.interfaces]
+            commands += [f"route flush dev {i.name} table all" for i in node.interfaces]
         commands += [f"rule del priority {RULE_PRIORITY_BASE + n}"
                      for n in range(len(spec.host_nics.get(node.name, [])))]
         ip_batch(commands, keep_going=True, netns=node.netns)

@@ -102,7 +102,8 @@ def deploy(spec: LabSpec) -> DeployResult:
     runtime = runtime_of(spec)
     runtime.check(spec)
     if lab_leftovers(spec.name):
-        _undo(state.load(spec.name).spec if state.load(spec.name) else spec)
+        earlier = state.load(spec.name)
+        _undo(earlier.spec if earlier else spec)
 
     clock = _PhaseClock()
     lab_state = state.LabState(spec, "deploying", deployer_pid=os.getpid())

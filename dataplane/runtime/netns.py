@@ -29,8 +29,8 @@ def list_netns() -> list[str]:
 
 
 def ip_batch(commands: list[str], *, keep_going: bool = False, netns: str | None = None) -> tuple[int, str]:
-    """Run iproute2 commands in one `ip -batch` child (in namespace `netns` if given). It is a child we hold, so an
-    interrupted caller waits for it to end before cleaning up (pyroute2's netns helpers
+    """Run iproute2 commands in one `ip -batch` child (in namespace `netns` if given). It
+    is a child we hold, so an interrupted caller waits for it to end before cleaning up (pyroute2's netns helpers
     fork a process we cannot wait for, which could create a namespace after the cleanup
     looked)."""
     argv = ["ip", *(["-n", netns] if netns else []), *(["-force"] if keep_going else []), "-batch", "-"]
