@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# containerlab and railab's node image, for `railab deploy --runtime containerlab`.
+# containerlab and railab's node and switch images, for `railab deploy --runtime containerlab`.
 # Both are optional: without Go or Docker this says what is missing and returns 0, and the
 # netns runtime works as before. Idempotent.
 set -euo pipefail
@@ -57,26 +57,39 @@ if ! command -v docker >/dev/null 2>&1 || ! timeout 20 docker info >/dev/null 2>
 fi
 
 VERSION="$(sed -n 's/^version *= *"\(.*\)"/\1/p' "$ROOT/pyproject.toml" | head -1)"
-IMAGE="railab-node:$VERSION"
-if ! docker image inspect "$IMAGE" >/dev/null 2>&1; then
+# railab-node: every node of `railab deploy --runtime containerlab`, and the hosts of a lab
+# that containerlab deploys itself; railab-switch: the switches of such a lab (`railab topo
+# images` writes both into a containerlab file, `railab attach` finds them by image). One
+# root filesystem for both: railab configures and drives every node from the host through
+# its namespace, so a container only has to keep its namespace alive; the switch image's
+# own name is what tells a containerlab file (and `containerlab inspect`) which nodes are
+# railab's XDP switches.
+IMAGES=("railab-node:$VERSION" "railab-switch:$VERSION")
+missing_images=()
+for image in "${IMAGES[@]}"; do
+    docker image inspect "$image" >/dev/null 2>&1 || missing_images+=("$image")
+done
+if ((${#missing_images[@]})); then
     BUSYBOX=/bin/busybox
     [[ -x $BUSYBOX ]] && file -L "$BUSYBOX" 2>/dev/null | grep -q dynamically && BUSYBOX=""
     [[ -x /usr/bin/busybox ]] && BUSYBOX=/usr/bin/busybox
     if [[ -z "$BUSYBOX" ]]; then
-        echo "setup: busybox-static is not installed: cannot build $IMAGE" >&2
+        echo "setup: busybox-static is not installed: cannot build ${missing_images[*]}" >&2
         exit 1
     fi
-    # A root filesystem of one static busybox: railab configures and drives nodes from the
-    # host through their namespaces, so the container only has to keep its namespace alive.
+    # A root filesystem of one static busybox (from Debian's busybox-static).
     rootfs="$(mktemp -d)"
     trap 'rm -rf "$rootfs"' EXIT
     mkdir -p "$rootfs/bin" "$rootfs/tmp" "$rootfs/proc" "$rootfs/sys" "$rootfs/dev" "$rootfs/etc"
     cp "$BUSYBOX" "$rootfs/bin/busybox"
     for applet in sh sleep ip ping cat ls ps; do ln -s busybox "$rootfs/bin/$applet"; done
-    echo "setup: building $IMAGE (docker import of a busybox-static root filesystem)"
-    tar -C "$rootfs" -c . | docker import \
-        --change 'ENTRYPOINT ["/bin/sh", "-c", "trap \"exit 0\" TERM INT; while :; do sleep 3600 & wait $!; done"]' \
-        --change "LABEL org.opencontainers.image.title=railab-node org.opencontainers.image.version=$VERSION" \
-        - "$IMAGE" >/dev/null
+    for image in "${missing_images[@]}"; do
+        title="${image%%:*}"
+        echo "setup: building $image (docker import of a busybox-static root filesystem)"
+        tar -C "$rootfs" -c . | docker import \
+            --change 'ENTRYPOINT ["/bin/sh", "-c", "trap \"exit 0\" TERM INT; while :; do sleep 3600 & wait $!; done"]' \
+            --change "LABEL org.opencontainers.image.title=$title org.opencontainers.image.version=$VERSION" \
+            - "$image" >/dev/null
+    done
 fi
-echo "setup: containerlab $(containerlab version 2>/dev/null | sed -n 's/ *version: *//p' | head -1), image $IMAGE"
+echo "setup: containerlab $(containerlab version 2>/dev/null | sed -n 's/ *version: *//p' | head -1), images ${IMAGES[*]}"

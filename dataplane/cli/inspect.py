@@ -23,6 +23,7 @@ def describe(spec) -> dict:
         "name": spec.name,
         "source": spec.source,
         "runtime": spec.runtime,
+        "attached": spec.attached,      # containerlab deployed it; `railab attach` took it
         "dataplane": spec.dataplane,
         "nodes": [
             {
@@ -85,7 +86,8 @@ def run(args) -> int:
     if args.json:
         print(json.dumps(data, indent=2))
         return 0
-    title = f"lab {data['name']} ({data['status']}, {data['runtime']} runtime, {data['dataplane']} forwarding)"
+    runtime = f"{data['runtime']} runtime" + (", attached" if data.get("attached") else "")
+    title = f"lab {data['name']} ({data['status']}, {runtime}, {data['dataplane']} forwarding)"
     if data["status"] == "broken":
         title += f": its agent or namespaces are gone; railab destroy {data['name']}"
     table = Table(title=title)

@@ -12,7 +12,7 @@ import sys
 
 from dataplane.errors import RailabError
 
-VERB_MODULES = ("topo", "plan", "deploy", "destroy", "inspect", "exec_", "probe", "counters", "bench", "lb", "tm", "top", "run", "fault", "ui", "nav")
+VERB_MODULES = ("topo", "plan", "deploy", "attach", "destroy", "inspect", "exec_", "probe", "counters", "bench", "lb", "tm", "top", "run", "fault", "ui", "nav")
 
 
 class _OneLineParser(argparse.ArgumentParser):

@@ -1,12 +1,21 @@
-"""`railab topo gen KIND ...` writes a containerlab file; `railab topo check FILE` reads one."""
+"""`railab topo gen KIND ...` writes a containerlab file; `railab topo check FILE` reads one;
+`railab topo images FILE` rewrites one to railab's container images (for a plain
+`containerlab deploy` followed by `railab attach`); `railab topo split FILE --hosts ...`
+writes one such file per machine, joined by vxlan-stitch links."""
 from __future__ import annotations
 
 import argparse
 import json
 import sys
 from collections import Counter
+from pathlib import Path
 
-from dataplane.topology import clab
+import yaml
+
+from dataplane import yamlfile
+from dataplane.errors import TopologyError
+from dataplane.runtime.containerlab import node_image, switch_image
+from dataplane.topology import clab, clabimages, multihost
 from dataplane.topology.addressing import plan_addresses
 from dataplane.topology.generate import ALL_PARAMS, command_line, flag, generate
 from dataplane.topology.infer import natural_key
@@ -55,6 +64,29 @@ def register(subparsers) -> None:
     check.add_argument("--json", action="store_true", help="machine-readable output")
     check.set_defaults(func=run_check)
 
+    images = actions.add_parser(
+        "images", help="rewrite a containerlab file to railab's node and switch images",
+        description="Rewrite a containerlab file so that a plain `containerlab deploy` builds "
+                    "it from railab's images (switches railab-switch, hosts railab-node, links "
+                    "MTU 1500); then `railab attach LAB` runs railab's XDP switches in it.")
+    images.add_argument("file", metavar="FILE")
+    images.add_argument("-o", "--output", metavar="FILE", help="file to write (default: stdout)")
+    images.set_defaults(func=run_images)
+
+    split = actions.add_parser(
+        "split", help="split a lab over machines: one containerlab file per host",
+        description="Write one containerlab file per host (on railab's images), the links "
+                    "between hosts as vxlan-stitch links. Nodes labelled railab.host run on "
+                    "that host; the others are placed by the rule in docs/cli/topo.md.")
+    split.add_argument("file", metavar="FILE")
+    split.add_argument("--hosts", required=True, metavar="NAME=ADDRESS,...",
+                       help="the machines and their underlay addresses, e.g. a=192.0.2.1,b=192.0.2.2")
+    split.add_argument("--underlay-mtu", type=int, default=1500, metavar="BYTES",
+                       help="MTU of the network between the hosts (default 1500); VXLAN needs "
+                            "the fabric's 1500 plus 50")
+    split.add_argument("-o", "--output", metavar="DIR", default=".", help="folder to write to (default: .)")
+    split.set_defaults(func=run_split)
+
 
 def run_gen(args: argparse.Namespace) -> int:
     topo = generate(args.kind, name=args.name, **{p: getattr(args, p) for p in ALL_PARAMS})
@@ -64,6 +96,50 @@ def run_gen(args: argparse.Namespace) -> int:
         return 0
     clab.write(topo, args.output, header)
     print(f"wrote {args.output}: {describe_nodes(topo)}, {len(topo.links)} links")
+    return 0
+
+
+def run_images(args: argparse.Namespace) -> int:
+    text = yamlfile.read_text(args.file, TopologyError, "topology file")
+    out = clabimages.rewrite(text, args.file, node_image(), switch_image())
+    if args.output in (None, "-"):
+        sys.stdout.write(out)
+        return 0
+    try:
+        with open(args.output, "w", encoding="utf-8") as f:
+            f.write(out)
+    except OSError as err:
+        raise TopologyError(f"{args.output}: cannot write: {err.strerror}") from None
+    print(f"wrote {args.output}: deploy it with `containerlab deploy -t {args.output}`, "
+          f"then `railab attach {clab.parse(out, args.output).topology.name}`")
+    return 0
+
+
+def run_split(args: argparse.Namespace) -> int:
+    hosts = multihost.parse_hosts(args.hosts)
+    multihost.check_underlay_mtu(args.underlay_mtu)
+    text = yamlfile.read_text(args.file, TopologyError, "topology file")
+    rewritten = clabimages.rewrite(text, args.file, node_image(), switch_image())
+    loaded = clab.parse(rewritten, args.file)
+    where = multihost.place(loaded.topology, hosts)
+    parts = multihost.split(clab.load_yaml(rewritten, args.file), loaded.topology, hosts, where)
+    folder = Path(args.output)
+    if not folder.is_dir():
+        raise TopologyError(f"{folder}: no such folder")
+    for host in hosts:
+        part = parts[host.name]
+        path = folder / f"{part['name']}.clab.yml"
+        text = (f"# {args.file}, the part on host {host.name} ({host.address}): "
+                f"containerlab deploy -t {path.name} there\n"
+                + yaml.dump(part, Dumper=clabimages.CompactDumper, sort_keys=False, width=200))
+        try:
+            path.write_text(text, encoding="utf-8")
+        except OSError as err:
+            raise TopologyError(f"{path}: cannot write: {err.strerror}") from None
+        links = part["topology"]["links"]
+        stitched = sum(1 for link in links if link.get("type") == "vxlan-stitch")
+        print(f"wrote {path}: {sum(1 for n in part['topology']['nodes'] if where.get(n) == host.name)} "
+              f"nodes, {len(links) - stitched} links inside, {stitched} to other hosts")
     return 0
 
 

@@ -29,10 +29,11 @@ from dataplane.errors import RuntimeStateError
 from dataplane.kernel.netns import in_netns
 from dataplane.runtime import state
 from dataplane.runtime.labspec import CLAB_NETNS_PREFIX, LabSpec
+from dataplane.topology.infer import HOST_IMAGE_REPOSITORY, SWITCH_IMAGE_REPOSITORY
 
 NAME = "containerlab"
 LAB_LABEL = "railab.lab"
-IMAGE_REPOSITORY = "railab-node"
+IMAGE_REPOSITORY = HOST_IMAGE_REPOSITORY
 LINK_MTU = 1500
 DOCKER_TIMEOUT_S = 30
 # containerlab settings railab owns on the nodes it emulates: the container only has to
@@ -47,14 +48,25 @@ EMULATED_NODE = {
 }
 
 
+def _railab_version() -> str:
+    try:
+        return metadata.version("railab")
+    except metadata.PackageNotFoundError:
+        return "0.1.0"
+
+
 def node_image() -> str:
     if os.environ.get("RAILAB_NODE_IMAGE"):     # another build of the node image
         return os.environ["RAILAB_NODE_IMAGE"]
-    try:
-        version = metadata.version("railab")
-    except metadata.PackageNotFoundError:
-        version = "0.1.0"
-    return f"{IMAGE_REPOSITORY}:{version}"
+    return f"{IMAGE_REPOSITORY}:{_railab_version()}"
+
+
+def switch_image() -> str:
+    """railab's switch image: the node image's root filesystem under a name of its own, so
+    that a containerlab file says which of its nodes are railab's XDP switches."""
+    if os.environ.get("RAILAB_SWITCH_IMAGE"):   # another build of the switch image
+        return os.environ["RAILAB_SWITCH_IMAGE"]
+    return f"{SWITCH_IMAGE_REPOSITORY}:{_railab_version()}"
 
 
 def topology_file(lab: str) -> Path:
@@ -66,7 +78,7 @@ def _env() -> dict:
     return {**os.environ, "CLAB_VERSION_CHECK": "disable"}
 
 
-def _run(argv: list[str], timeout: float = DOCKER_TIMEOUT_S) -> subprocess.CompletedProcess:
+def run_tool(argv: list[str], timeout: float = DOCKER_TIMEOUT_S) -> subprocess.CompletedProcess:
     try:
         return subprocess.run(argv, capture_output=True, text=True, env=_env(), timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -77,20 +89,20 @@ def _docker_ready() -> str | None:
     """None when Docker answers; otherwise why not, in a few words."""
     if shutil.which("docker") is None:
         return "docker is not installed"
-    if _run(["docker", "info", "--format", "{{.ServerVersion}}"]).returncode != 0:
+    if run_tool(["docker", "info", "--format", "{{.ServerVersion}}"]).returncode != 0:
         return "the Docker engine is not running"
     return None
 
 
 def _image_present(image: str) -> bool:
-    return _run(["docker", "image", "inspect", "--format", "{{.Id}}", image]).returncode == 0
+    return run_tool(["docker", "image", "inspect", "--format", "{{.Id}}", image]).returncode == 0
 
 
-def _containers(label: str) -> list[str]:
+def containers_labelled(label: str) -> list[str]:
     """Ids of containers (running or not) carrying `label` (key or key=value)."""
     if shutil.which("docker") is None:
         return []
-    out = _run(["docker", "ps", "-aq", "--filter", f"label={label}"])
+    out = run_tool(["docker", "ps", "-aq", "--filter", f"label={label}"])
     return out.stdout.split() if out.returncode == 0 else []
 
 
@@ -98,7 +110,7 @@ def labs_with_containers() -> list[str]:
     """Lab names found on containers railab made (for `destroy --all` after state is lost)."""
     if shutil.which("docker") is None:
         return []
-    out = _run(["docker", "ps", "-a", "--filter", f"label={LAB_LABEL}",
+    out = run_tool(["docker", "ps", "-a", "--filter", f"label={LAB_LABEL}",
                 "--format", f'{{{{.Label "{LAB_LABEL}"}}}}'])
     return sorted({line.strip() for line in out.stdout.splitlines() if line.strip()}) \
         if out.returncode == 0 else []
@@ -128,7 +140,7 @@ def check(spec: LabSpec) -> None:
             if not _image_present(own) and node.container.get("image-pull-policy", "").lower() == "never":
                 raise RuntimeStateError(f"node {node.name}: image {own} is not on this machine "
                                         "and its image-pull-policy is never")
-    theirs = set(_containers(f"containerlab={spec.name}")) - set(_containers(f"{LAB_LABEL}={spec.name}"))
+    theirs = set(containers_labelled(f"containerlab={spec.name}")) - set(containers_labelled(f"{LAB_LABEL}={spec.name}"))
     if theirs:
         raise RuntimeStateError(f"lab name {spec.name} is used by a containerlab lab railab did "
                                 "not deploy; destroy that one or deploy with --name")
@@ -141,7 +153,7 @@ def create(spec: LabSpec) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(yaml.safe_dump(derived_topology(spec), sort_keys=False, width=200))
     # The lab directory's ACLs are for users sharing a lab; railab's is root's, in /run.
-    result = _run(["containerlab", "deploy", "-t", str(path), "--skip-labdir-acl",
+    result = run_tool(["containerlab", "deploy", "-t", str(path), "--skip-labdir-acl",
                    "--timeout", "5m"], timeout=900)
     if result.returncode != 0:
         raise RuntimeStateError(f"lab {spec.name}: containerlab deploy failed: "
@@ -152,14 +164,14 @@ def create(spec: LabSpec) -> None:
 def remove(lab: str, spec: LabSpec | None) -> None:
     """Remove the lab's containers and their namespace links. Needs only the lab's name."""
     path = topology_file(lab)
-    ours = _containers(f"{LAB_LABEL}={lab}")
+    ours = containers_labelled(f"{LAB_LABEL}={lab}")
     if shutil.which("containerlab") and (ours or path.exists()):
         target = ["-t", str(path)] if path.exists() else ["--name", lab]
         # containerlab also removes what it wrote outside the lab: /etc/hosts entries, ssh config
-        _run(["containerlab", "destroy", *target, "--cleanup", "--yes"], timeout=300)
-    left = _containers(f"{LAB_LABEL}={lab}")
+        run_tool(["containerlab", "destroy", *target, "--cleanup", "--yes"], timeout=300)
+    left = containers_labelled(f"{LAB_LABEL}={lab}")
     if left:
-        _run(["docker", "rm", "-f", *left], timeout=120)
+        run_tool(["docker", "rm", "-f", *left], timeout=120)
     prefix = f"{CLAB_NETNS_PREFIX}{lab}-"
     names = {n.netns for n in spec.nodes} if spec else set()
     for entry in _netns_links(prefix):
@@ -169,7 +181,7 @@ def remove(lab: str, spec: LabSpec | None) -> None:
 
 
 def leftovers(lab: str) -> bool:
-    return bool(_containers(f"{LAB_LABEL}={lab}"))
+    return bool(containers_labelled(f"{LAB_LABEL}={lab}"))
 
 
 # ------------------------------------------------------------------ pieces
@@ -191,25 +203,35 @@ def derived_topology(spec: LabSpec) -> dict:
             "topology": {"nodes": nodes, "links": links}}
 
 
-def adopt_ifindexes(spec: LabSpec) -> None:
+def adopt_ifindexes(spec: LabSpec, *, adopt_macs: bool = False, mtu: int | None = None) -> None:
+    """The kernel's ifindexes of every lab port into the spec (and its MACs, for links
+    whose MACs containerlab chose); ports above `mtu` are lowered to it first."""
     index: dict[tuple[str, str], int] = {}
+    macs: dict[tuple[str, str], str] = {}
     for node in spec.nodes:
         with in_netns(node.netns):
             ipr = IPRoute()
         try:
-            present = {link.get_attr("IFLA_IFNAME"): link["index"] for link in ipr.get_links()}
+            present = {link.get_attr("IFLA_IFNAME"): link for link in ipr.get_links()}
+            for iface in node.interfaces:
+                link = present.get(iface.name)
+                if link is None:
+                    raise RuntimeStateError(f"lab {spec.name}: containerlab did not make "
+                                            f"{node.name}:{iface.name}")
+                if mtu is not None and link.get_attr("IFLA_MTU") > mtu:
+                    ipr.link("set", index=link["index"], mtu=mtu)
+                index[(node.name, iface.name)] = link["index"]
+                macs[(node.name, iface.name)] = link.get_attr("IFLA_ADDRESS")
         finally:
             ipr.close()
-        for iface in node.interfaces:
-            if iface.name not in present:
-                raise RuntimeStateError(f"lab {spec.name}: containerlab did not make "
-                                        f"{node.name}:{iface.name}")
-            index[(node.name, iface.name)] = present[iface.name]
     switch_ports: dict[int, str] = {}
     for node in spec.nodes:
         for iface in node.interfaces:
             iface.ifindex = index[(node.name, iface.name)]
             iface.peer_ifindex = index[(iface.peer_node, iface.peer_if)]
+            if adopt_macs:
+                iface.mac = macs[(node.name, iface.name)]
+                iface.peer_mac = macs[(iface.peer_node, iface.peer_if)]
             if node.role != "host":
                 if iface.ifindex in switch_ports:
                     # Veths are made in the root namespace, so their indexes are unique

@@ -119,6 +119,9 @@ class LabSpec:
     segments: list[str]
     runtime: str = "netns"       # who makes namespaces and links: netns | containerlab
     dataplane: str = "xdp"       # who forwards in the switches: xdp | xdp-generic | kernel
+    # containerlab runtime only: the user deployed the containers with containerlab and
+    # railab attached to them (`railab attach`), rather than railab deploying them
+    attached: bool = False
 
     # Indexes over nodes and ports, built on first use. The spec is fixed once built, but
     # for one step: the containerlab runtime adopts the ifindexes the kernel gave its
@@ -225,7 +228,7 @@ class LabSpec:
         routes = {k: [RouteSpec(**r) for r in v] for k, v in data["routes"].items()}
         host_nics = {k: [HostNicSpec(**h) for h in v] for k, v in data["host_nics"].items()}
         return cls(data["name"], data["source"], data["kind"], nodes, routes, host_nics, data["segments"],
-                   data.get("runtime", "netns"), data.get("dataplane", "xdp"))
+                   data.get("runtime", "netns"), data.get("dataplane", "xdp"), data.get("attached", False))
 
 
 def _check_ifname(node: str, name: str) -> None:

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from dataplane.errors import RuntimeStateError
+from dataplane.runtime import clabattach
 from dataplane.runtime import containerlab as clab_runtime
 from dataplane.runtime import netns as rt
 from dataplane.runtime import state
@@ -26,10 +27,13 @@ from dataplane.runtime.labspec import LabSpec, lab_netns_prefix
 
 AGENT_READY_TIMEOUT_S = 120
 # Who makes a lab's namespaces and links; each module offers check/create/remove/leftovers.
-RUNTIMES = {rt.NAME: rt, clab_runtime.NAME: clab_runtime}
+# An attached lab's containers go before containerlab's own remove unlinks their namespaces.
+RUNTIMES = {rt.NAME: rt, clabattach.NAME: clabattach, clab_runtime.NAME: clab_runtime}
 
 
 def runtime_of(spec: LabSpec | None):
+    if spec is not None and spec.attached:
+        return clabattach
     return RUNTIMES[spec.runtime if spec is not None else rt.NAME]
 
 
@@ -98,7 +102,8 @@ def deploy(spec: LabSpec) -> DeployResult:
     runtime = runtime_of(spec)
     runtime.check(spec)
     if lab_leftovers(spec.name):
-        destroy(spec.name)
+        earlier = state.load(spec.name)
+        _undo(earlier.spec if earlier else spec)
 
     clock = _PhaseClock()
     lab_state = state.LabState(spec, "deploying", deployer_pid=os.getpid())
@@ -130,7 +135,7 @@ def deploy(spec: LabSpec) -> DeployResult:
             clock.mark("state file")
     except BaseException:
         with _signals_held():       # a second Ctrl-C must not stop the cleanup half-way
-            destroy(spec.name)
+            _undo(spec)
         raise
     return DeployResult(spec.name, False, time.monotonic() - started, clock.phases,
                         report.get("phases", {}), report.get("bpf_cache", ""))
@@ -377,6 +382,29 @@ def destroy(lab: str) -> bool:
     shutil.rmtree(state.pin_dir(lab), ignore_errors=True)
     shutil.rmtree(state.state_dir(lab), ignore_errors=True)
     return True
+
+
+def _undo(spec: LabSpec) -> None:
+    """What a deploy that cannot finish leaves: nothing of a lab railab made; of an
+    attached lab, the user's containers as containerlab made them."""
+    if spec.attached:
+        release(spec)
+    else:
+        destroy(spec.name)
+
+
+def release(spec: LabSpec) -> None:
+    """railab's part of an attached lab (agent, XDP programs, host configuration, pins,
+    state) undone; its containers left running for containerlab."""
+    pids = set(_lab_agent_pids(spec.name))
+    current = state.load(spec.name)
+    if current and current.agent_pid and _is_lab_agent(current.agent_pid, spec.name):
+        pids.add(current.agent_pid)
+    pids.discard(os.getpid())
+    _terminate(sorted(pids))
+    clabattach.release(spec)
+    shutil.rmtree(state.pin_dir(spec.name), ignore_errors=True)
+    shutil.rmtree(state.state_dir(spec.name), ignore_errors=True)
 
 
 def all_labs() -> list[str]:

@@ -28,12 +28,12 @@ def list_netns() -> list[str]:
         return []
 
 
-def _ip_batch(commands: list[str], *, keep_going: bool = False) -> tuple[int, str]:
-    """Run iproute2 commands in one `ip -batch` child. It is a child we hold, so an
-    interrupted caller waits for it to end before cleaning up (pyroute2's netns helpers
+def ip_batch(commands: list[str], *, keep_going: bool = False, netns: str | None = None) -> tuple[int, str]:
+    """Run iproute2 commands in one `ip -batch` child (in namespace `netns` if given). It
+    is a child we hold, so an interrupted caller waits for it to end before cleaning up (pyroute2's netns helpers
     fork a process we cannot wait for, which could create a namespace after the cleanup
     looked)."""
-    argv = ["ip", "-force", "-batch", "-"] if keep_going else ["ip", "-batch", "-"]
+    argv = ["ip", *(["-n", netns] if netns else []), *(["-force"] if keep_going else []), "-batch", "-"]
     proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE, text=True)
     err = ""
@@ -74,7 +74,7 @@ def leftovers(lab: str) -> bool:
 
 # ------------------------------------------------------------------ pieces
 def create_namespaces(spec: LabSpec) -> None:
-    code, err = _ip_batch([f"netns add {node.netns}" for node in spec.nodes])
+    code, err = ip_batch([f"netns add {node.netns}" for node in spec.nodes])
     if code:
         raise RuntimeError(f"creating namespaces failed: {err.strip()}")
 
@@ -299,5 +299,5 @@ def delete_namespaces(names: list[str]) -> list[str]:
     present = set(list_netns())
     doomed = [name for name in names if name in present]
     if doomed:
-        _ip_batch([f"netns delete {name}" for name in doomed], keep_going=True)
+        ip_batch([f"netns delete {name}" for name in doomed], keep_going=True)
     return doomed

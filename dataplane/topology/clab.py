@@ -61,6 +61,7 @@ REFUSED_LINK_TYPES = {"host": "connects to the lab's host machine",
                       "macvlan": "attaches to a physical interface of the lab's host machine",
                       "vxlan": "tunnels to another machine",
                       "vxlan-stitched": "tunnels to another machine",
+                      "vxlan-stitch": "tunnels to another machine",
                       "veth-stitched": "is stitched to a tunnel"}
 SPECIAL_ENDPOINT_NODES = {"host": "host", "macvlan": "macvlan", "mgmt-net": "mgmt-net"}
 
@@ -353,7 +354,8 @@ class _Reader:
             if f"railab.{fact}" in labels:
                 setattr(node, fact, self._int(f"node {name}: label railab.{fact}",
                                               labels[f"railab.{fact}"], minimum))
-        if role_label == "external" or (role_label is None and kind_role == "host" and image):
+        own_image = bool(image) and infer.railab_image_role(image) is None
+        if role_label == "external" or (role_label is None and kind_role == "host" and own_image):
             node.external = True
             node.container = _merged_settings(layers)
         node.labels = {k: v for k, v in labels.items()

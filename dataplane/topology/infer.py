@@ -76,6 +76,27 @@ ROLE_LABELS = {"host": Role.HOST, "leaf": Role.LEAF, "spine": Role.SPINE, "core"
                "external": Role.HOST}  # an end node that keeps its own container
 
 
+# railab's own container images (scripts/setup.sh builds them; `railab topo images` writes
+# them into a containerlab file): a node running one is railab's host or switch, never a
+# user's container, whatever its name says.
+HOST_IMAGE_REPOSITORY = "railab-node"
+SWITCH_IMAGE_REPOSITORY = "railab-switch"
+RAILAB_IMAGE_ROLES = {HOST_IMAGE_REPOSITORY: "host", SWITCH_IMAGE_REPOSITORY: "switch"}
+
+
+def image_repository(image: str) -> str:
+    """'registry:5000/team/railab-node:0.1.0@sha256:...' -> 'railab-node'."""
+    repo = image.rsplit("@", 1)[0]
+    if ":" in repo.rsplit("/", 1)[-1]:
+        repo = repo.rsplit(":", 1)[0]
+    return repo.rsplit("/", 1)[-1]
+
+
+def railab_image_role(image: str | None) -> str | None:
+    """'host' or 'switch' for railab's own images, None for any other (or no) image."""
+    return RAILAB_IMAGE_ROLES.get(image_repository(image)) if image else None
+
+
 def natural_key(text: str) -> tuple:
     """'eth10' after 'eth9': compare digit runs as numbers."""
     return tuple(int(part) if part.isdigit() else part for part in re.split(r"(\d+)", text))
@@ -100,6 +121,8 @@ SWITCH_NAME = re.compile(r"^((border|super-?|b)?(leaf|spine|core|tor|switch|agg|
 def kind_class(kind: str, image: str | None = None, name: str | None = None) -> str:
     """'host', 'switch', or raise KeyError(reason) for kinds railab cannot emulate."""
     if kind == "linux":
+        if railab_image_role(image):
+            return railab_image_role(image)
         router = image_is_router(image) or bool(name and SWITCH_NAME.match(name))
         return "switch" if router else "host"
     if kind in NOT_EMULATED:
