@@ -227,6 +227,7 @@ class FabricMonitor:
     def _status(self) -> dict:
         return {"config": dict(self.cfg),
                 "counters": {k: dict(v) for k, v in self.counters.items() if v},
+                "dataplane_notices": self.dp.notice_counters(),
                 "exclusions": [{"switch": sw, "prefix": p, "reporters": [self.spec.switch_by_id(r).name for r in t],
                                 "expires_ns": list(t.values())} for (sw, p), t in self.excl.items() if t],
                 "withdrawn": sorted(f"{sw} {p}" for sw, p in self.withdrawn),

@@ -93,6 +93,9 @@ def _run(args) -> int:
               f"granularity={cfg['granularity']} arn_path={cfg.get('arn_path', 'agent')}")
         for sw, c in sorted(st["counters"].items()):
             print(f"  {sw}: " + " ".join(f"{k}={v}" for k, v in sorted(c.items())))
+        moved = {k: v for k, v in st.get("dataplane_notices", {}).items() if v}
+        if moved:   # the switches' programs, all together: notices, malformed ones, the link watch
+            print("  data plane: " + " ".join(f"{k}={v}" for k, v in moved.items()))
         for e in st["exclusions"]:
             print(f"  exclusion {e['switch']} {e['prefix']}: avoid {', '.join(e['reporters'])}")
         for m in st.get("flow_moves", []):

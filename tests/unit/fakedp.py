@@ -44,6 +44,9 @@ class FakeDataplane:
         self.notices = {"generate": generate, "consume": consume, "hold_ms": hold_ms,
                         "interval_ns": interval_ns, "pass_consumed": pass_consumed, "watch": watch}
 
+    def notice_counters(self):
+        return dict.fromkeys(abi.ARN_STATS.values(), 0)
+
     def clear_exclusions(self, switch_id=None):
         self.exclusions_cleared = getattr(self, "exclusions_cleared", 0) + 1
         return 0
