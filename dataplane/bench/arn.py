@@ -9,6 +9,9 @@ under one `arn_path`, the two paths taking turns. Per path (and mode) it reports
             dataplane.report.faultruns.reaction_from_stamps), p50 and max over the runs;
             with the spine's first notice and the upstream's first exclusion (data-plane
             path: how long the data plane itself took) beside it;
+  cut -> avoided: the last cut made -> the first packet an upstream steered around it
+            (both paths, every run: the agent path's WITHDRAW usually leaves before any
+            packet meets the dead group, so the reaction has no start there);
   lost:     packets lost per affected flow (flows whose path crossed the cut), the worst
             flow of each run.
 With busy, the same again while a spinner process this bench starts keeps one core busy.
@@ -48,11 +51,22 @@ def _one(exp, lab_name: str) -> list[dict]:
                     "reaction_ms": max(r["reaction_us"] for r in reactions) / 1000 if reactions else None,
                     "notice_ms": next((r["notice_us"] / 1000 for r in reactions if r["notice_us"] is not None), None),
                     "excluded_ms": _excluded_ms(run),
+                    "cut_to_avoided_ms": _cut_to_avoided_ms(run),
                     "upstreams": sorted({u for r in reactions for u in r["per_upstream_us"]}),
                     "affected_flows": len(hit), "lost_per_flow_max": max(lost, default=0),
                     "lost_per_flow_mean": statistics.fmean(lost) if lost else 0.0,
                     "error": run.get("event_error")})
     return out
+
+
+def _cut_to_avoided_ms(run: dict) -> float | None:
+    """The last failure made (the cut that killed the group) -> the first packet an upstream
+    steered around it, wall ms: the same figure for both paths in every run."""
+    failures = [e for e in run.get("events") or [] if e.get("stamps") is not None and e.get("t_ns")]
+    if not failures:
+        return None
+    us = faultruns.avoided_after_us(max(failures, key=lambda e: int(e["t_ns"])))
+    return None if us is None else us / 1000
 
 
 def _excluded_ms(run: dict) -> float | None:
@@ -87,12 +101,18 @@ def _summary(rows: list[dict]) -> list[dict]:
                "reaction_max_ms": max(reactions) if reactions else None,
                "reaction_missing": len(mine) - len(reactions),
                "excluded_max_ms": max((r["excluded_ms"] for r in mine if r["excluded_ms"] is not None), default=None),
+               **_p50_max("cut_to_avoided", [r["cut_to_avoided_ms"] for r in mine if r["cut_to_avoided_ms"] is not None]),
                "lost_per_flow_by_run": lost, "affected_flows": [r["affected_flows"] for r in mine]}
         if path == "dataplane":
             row["met"] = (bool(reactions) and not row["reaction_missing"]
                           and max(reactions) <= TARGET_REACTION_MS and max(lost) <= TARGET_LOST_PER_FLOW)
         out.append(row)
     return out
+
+
+def _p50_max(name: str, values: list[float]) -> dict:
+    return {f"{name}_p50_ms": statistics.median(values) if values else None,
+            f"{name}_max_ms": max(values) if values else None}
 
 
 def bench_arn(*, runs: int = 3, busy: bool = False, experiment: Path = EXPERIMENT, log=None) -> dict:

@@ -34,14 +34,16 @@ def run_arn(args) -> int:
     table = Table(title=f"railab bench arn: {os.path.basename(result['experiment'])}, {result['runs']} run(s) "
                         f"per path, {os.cpu_count()} CPUs")
     for col in ("core busy", "arn path", "mode", "reaction p50", "reaction max", "excluded max",
+                "cut -> avoided p50 / max",
                 "lost per affected flow (worst flow, each run)", "affected flows", "target met"):
-        table.add_column(col, justify="right" if col.startswith(("reaction", "excluded")) else "left",
+        table.add_column(col, justify="right" if col.startswith(("reaction", "excluded", "cut")) else "left",
                          no_wrap=True)
     for r in result["summary"]:
         missing = f" ({r['reaction_missing']} without)" if r["reaction_missing"] else ""
         met = "" if "met" not in r else ("yes" if r["met"] else "[red]NO[/red]")
         table.add_row("yes" if r["busy"] else "no", r["arn_path"] or "-", r["mode"],
                       _ms(r["reaction_p50_ms"]), _ms(r["reaction_max_ms"]) + missing, _ms(r["excluded_max_ms"]),
+                      f"{_ms(r['cut_to_avoided_p50_ms'])} / {_ms(r['cut_to_avoided_max_ms'])}",
                       ", ".join(map(str, r["lost_per_flow_by_run"])),
                       ", ".join(map(str, sorted(set(r["affected_flows"])))), met)
     output_console().print(table)
@@ -50,7 +52,8 @@ def run_arn(args) -> int:
           f"<= {t['dataplane_lost_per_flow']} packets lost per affected flow in every run; reaction = the "
           "spine's first packet into the dead group -> the first upstream's first packet avoiding it, "
           "from the data plane's own stamps (it includes the wait for that upstream's next packet there); "
-          "excluded = the same start -> the first exclusion installed (data-plane path only)")
+          "excluded = the same start -> the first exclusion installed (data-plane path only); "
+          "cut -> avoided = the last cut made -> the first packet an upstream steered around it (both paths)")
     return 0
 
 

@@ -143,6 +143,16 @@ def reaction_from_stamps(stamps: dict | None) -> dict | None:
             "notice_us": (notice - t0) / 1000 if notice >= t0 else None}
 
 
+def avoided_after_us(event: dict) -> float | None:
+    """A failure event's time from its making (t_ns) to the first packet any switch steered
+    by an avoid mask after it (its stamps' avoid_ns), us: measurable on both notice paths
+    whether or not a packet met the dead group first (on the agent path none usually
+    does: its WITHDRAW leaves on netlink before one comes). None when nothing avoided."""
+    made = int(event.get("t_ns") or 0)
+    avoided = [s["avoid_ns"] for s in (event.get("stamps") or {}).values() if made and s.get("avoid_ns", 0) >= made]
+    return (min(avoided) - made) / 1000 if avoided else None
+
+
 def fault_lateness_s(run: dict) -> tuple[float | None, bool]:
     """How late the run's faults were made, at worst: issue time (t_ns - t0_ns) minus the
     scheduled `at`, in seconds (a starved runner fires late; None when not recorded),

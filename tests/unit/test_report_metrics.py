@@ -337,6 +337,18 @@ def test_reaction_from_the_data_planes_stamps():
     assert faultruns.reaction_from_stamps(None) is None
 
 
+def test_avoided_after_the_cut_is_measured_with_or_without_a_dead_packet():
+    """The agent path's WITHDRAW usually leaves before any packet meets the dead group:
+    the time from the cut to the first avoiding packet is there all the same; an avoid
+    stamp older than the cut, or none, gives no figure."""
+    agent = {"t_ns": T_DOWN, "stamps": {"leaf1": stamp(avoid=T_DOWN + 5 * MS), "leaf2": stamp(avoid=T_DOWN + 7 * MS),
+                                        "leaf3": stamp(avoid=T_DOWN - MS)}}
+    assert faultruns.reaction_from_stamps(agent["stamps"]) is None
+    assert faultruns.avoided_after_us(agent) == pytest.approx(5000)
+    assert faultruns.avoided_after_us({"t_ns": T_DOWN, "stamps": {"leaf3": stamp(avoid=T_DOWN - MS)}}) is None
+    assert faultruns.avoided_after_us({"t_ns": T_DOWN, "stamps": None}) is None
+
+
 def test_fault_table_shows_the_reaction_in_wall_and_fabric_time():
     events = [{"t": 1.0, "what": "link-down a b", "t_ns": T_DOWN,
                "stamps": {"spine1": stamp(dead=T_DOWN + MS), "leaf1": stamp(avoid=T_DOWN + MS + 400_000)}},
