@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import time
 from pathlib import Path
@@ -16,6 +15,7 @@ import pytest
 from dataplane.agent import client
 from dataplane.runtime import containerlab, lifecycle, state
 
+from . import clabtools
 from .conftest import bpf_prog_exists, leftovers, railab, shipped, unique_name, wait_for, xdp_prog_ids_in
 
 CLAB_ENV = {**os.environ, "CLAB_VERSION_CHECK": "disable"}
@@ -23,29 +23,9 @@ CLAB_ENV = {**os.environ, "CLAB_VERSION_CHECK": "disable"}
 OTHER_IMAGE = "railab-test-not-a-switch:1"
 
 
-def _missing() -> list[str]:
-    missing = [tool for tool in ("docker", "containerlab") if shutil.which(tool) is None]
-    if not missing and subprocess.run(["docker", "info"], capture_output=True).returncode != 0:
-        missing.append("a running Docker engine")
-    for image in ([] if missing else [containerlab.node_image(), containerlab.switch_image()]):
-        if subprocess.run(["docker", "image", "inspect", image], capture_output=True).returncode != 0:
-            missing.append(f"railab's image {image} (scripts/setup.sh builds it)")
-    return missing
-
-
 @pytest.fixture(scope="module", autouse=True)
 def containerlab_ready():
-    missing = _missing()
-    if missing:
-        if os.environ.get("CI"):
-            pytest.fail(f"CI must run the containerlab tests, but this machine lacks {', '.join(missing)}")
-        pytest.skip(f"needs {', '.join(missing)}")
-
-
-def _containers(lab: str) -> list[str]:
-    out = subprocess.run(["docker", "ps", "-a", "--filter", f"label=containerlab={lab}",
-                          "--format", "{{.Names}}"], capture_output=True, text=True, check=True)
-    return sorted(out.stdout.split())
+    clabtools.require([containerlab.node_image(), containerlab.switch_image()])
 
 
 def _rewritten(kind: str, name: str, folder) -> str:
@@ -85,7 +65,7 @@ def test_containerlab_deploys_railab_attaches_probe_is_clean_destroy_leaves_noth
         deployed = _clab("deploy", "-t", topo)
         assert deployed.returncode == 0, deployed.stdout[-2000:] + deployed.stderr[-2000:]
         deploy_s = time.monotonic() - started
-        assert len(_containers(name)) == 14
+        assert len(clabtools.containers(name)) == 14
         started = time.monotonic()
         out = railab("attach", name, timeout=300).stdout
         attach_s = time.monotonic() - started
@@ -130,7 +110,7 @@ def test_containerlab_deploys_railab_attaches_probe_is_clean_destroy_leaves_noth
     finally:
         railab("destroy", name, check=False)
         _clab("destroy", "-t", topo, "--cleanup")
-    assert leftovers(name) == [] and _containers(name) == []
+    assert leftovers(name) == [] and clabtools.containers(name) == []
     assert not [ns for ns in os.listdir("/run/netns") if name in ns]
     # what containerlab wrote outside the containers: its lab folder, /etc/hosts, ssh config
     assert not (tmp_path / f"clab-{name}").exists()
@@ -161,9 +141,9 @@ def test_attach_refuses_in_one_line_and_changes_nothing(tmp_path):
             "image; rewrite the file with `railab topo images` and deploy it again"]
         # nothing of railab's; containerlab's containers and namespaces as they were
         assert [left for left in leftovers(name) if not left.startswith("containerlab netns")] == []
-        assert _containers(name) == sorted(f"clab-{name}-{n}" for n in ("leaf1", "srv1", "srv2"))
+        assert clabtools.containers(name) == sorted(f"clab-{name}-{n}" for n in ("leaf1", "srv1", "srv2"))
         assert xdp_prog_ids_in(f"clab-{name}-leaf1") == []
     finally:
         _clab("destroy", "-t", str(topo), "--cleanup")
         subprocess.run(["docker", "image", "rm", OTHER_IMAGE], capture_output=True)
-    assert _containers(name) == []
+    assert clabtools.containers(name) == []

@@ -16,6 +16,7 @@ import pytest
 from dataplane.agent import client
 from dataplane.runtime import containerlab, state
 
+from . import clabtools
 from .conftest import (RAILAB, ROOT, bpf_prog_exists, wait_for, leftovers, railab, shipped, unique_name,
                        xdp_prog_ids_in)
 
@@ -23,29 +24,9 @@ KINDS = ("clos2", "clos3", "rail-only", "rail-optimized", "dual-plane")
 EXTERNAL_IMAGE = "railab-test-external:1"
 
 
-def _missing() -> list[str]:
-    missing = [tool for tool in ("docker", "containerlab") if shutil.which(tool) is None]
-    if not missing and subprocess.run(["docker", "info"], capture_output=True).returncode != 0:
-        missing.append("a running Docker engine")
-    if not missing and subprocess.run(["docker", "image", "inspect", containerlab.node_image()],
-                                      capture_output=True).returncode != 0:
-        missing.append(f"railab's node image {containerlab.node_image()} (scripts/setup.sh builds it)")
-    return missing
-
-
 @pytest.fixture(scope="module", autouse=True)
 def containerlab_ready():
-    missing = _missing()
-    if missing:
-        if os.environ.get("CI"):
-            pytest.fail(f"CI must run the containerlab tests, but this machine lacks {', '.join(missing)}")
-        pytest.skip(f"needs {', '.join(missing)}")
-
-
-def _containers(lab: str) -> list[str]:
-    out = subprocess.run(["docker", "ps", "-a", "--filter", f"label=containerlab={lab}",
-                          "--format", "{{.Names}}"], capture_output=True, text=True, check=True)
-    return sorted(out.stdout.split())
+    clabtools.require([containerlab.node_image()])
 
 
 def _member_packets(lab: str) -> dict[str, int]:
@@ -63,7 +44,7 @@ def test_shipped_lab_built_by_containerlab_probes_clean(kind):
         spec = state.load(name).spec
         assert spec.runtime == "containerlab"
         # containerlab made one container per node, and knows them as its own lab
-        assert _containers(name) == sorted(f"clab-{name}-{n.name}" for n in spec.nodes)
+        assert clabtools.containers(name) == sorted(f"clab-{name}-{n.name}" for n in spec.nodes)
         listed = subprocess.run(["containerlab", "inspect", "--name", name, "--format", "json"],
                                 capture_output=True, text=True, env={**os.environ, "CLAB_VERSION_CHECK": "disable"})
         assert listed.returncode == 0 and all(f"clab-{name}-{n.name}" in listed.stdout for n in spec.nodes)
@@ -83,7 +64,7 @@ def test_shipped_lab_built_by_containerlab_probes_clean(kind):
     finally:
         railab("destroy", name, check=False)
     assert leftovers(name) == []
-    assert _containers(name) == []
+    assert clabtools.containers(name) == []
     assert programs and wait_for(lambda: not any(bpf_prog_exists(p) for p in programs), 10), programs
 
 
@@ -99,7 +80,7 @@ def test_experiment_with_a_link_failure_on_a_containerlab_lab(tmp_path):
                    "events:\n  - {at: 1.0, fault: link-down, a: 'leaf1-r0:up1', b: 'spine1:down1'}\n")
     proc = railab("run", str(exp), "--runtime", "containerlab", "--json", "--output", str(tmp_path),
                   "--name", name, timeout=600)
-    assert leftovers(name) == [] and _containers(name) == []
+    assert leftovers(name) == [] and clabtools.containers(name) == []
     report = json.loads(proc.stdout)
     ecmp, spray = report["modes"]["ecmp"], report["modes"]["spray-rr"]
     assert ecmp["flows_on_failed"] >= 1 and spray["flows_on_failed"] >= 1
@@ -148,9 +129,9 @@ def test_destroy_after_kill_9_of_deployer_and_agent():
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and len(_containers(name)) < 4:
+        while time.monotonic() < deadline and len(clabtools.containers(name)) < 4:
             time.sleep(0.2)
-        assert _containers(name), "containerlab made no container in 120 s"
+        assert clabtools.containers(name), "containerlab made no container in 120 s"
         deployer.send_signal(signal.SIGKILL)
         deployer.wait()
         current = state.load(name)
@@ -167,7 +148,7 @@ def test_destroy_after_kill_9_of_deployer_and_agent():
             deployer.wait()
         out = railab("destroy", name, check=False)
     assert out.returncode == 0, out.stderr
-    assert leftovers(name) == [] and _containers(name) == []
+    assert leftovers(name) == [] and clabtools.containers(name) == []
     assert not [ns for ns in os.listdir("/run/netns") if name in ns]
 
 
@@ -190,11 +171,11 @@ def test_a_containerlab_lab_railab_did_not_deploy_is_left_alone(tmp_path):
         assert refused.returncode == 2
         assert len(refused.stderr.strip().splitlines()) == 1
         assert "used by a containerlab lab railab did not deploy" in refused.stderr
-        assert _containers(name) == [f"clab-{name}-a", f"clab-{name}-b"]
+        assert clabtools.containers(name) == [f"clab-{name}-a", f"clab-{name}-b"]
         assert os.path.exists(f"/run/netns/clab-{name}-a")
     finally:
         subprocess.run(["containerlab", "destroy", "-t", str(topo), "--cleanup"], capture_output=True, env=env)
-    assert _containers(name) == []
+    assert clabtools.containers(name) == []
 
 
 def test_missing_node_image_is_one_line_and_builds_nothing():
@@ -205,7 +186,7 @@ def test_missing_node_image_is_one_line_and_builds_nothing():
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "railab-node:not-built" in lines[0] and "setup.sh" in lines[0]
-    assert leftovers(name) == [] and _containers(name) == []
+    assert leftovers(name) == [] and clabtools.containers(name) == []
 
 
 @pytest.fixture(scope="module")
@@ -271,7 +252,7 @@ topology:
             assert after[switch] - before[switch] >= 6, (switch, before, after)
     finally:
         railab("destroy", name, check=False)
-    assert leftovers(name) == [] and _containers(name) == []
+    assert leftovers(name) == [] and clabtools.containers(name) == []
 
 
 def test_a_name_up_under_the_other_runtime_is_refused(lab_factory):
@@ -281,5 +262,5 @@ def test_a_name_up_under_the_other_runtime_is_refused(lab_factory):
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == [
         f"railab: error: lab {spec.name} is already deployed with the netns runtime; destroy it first"]
-    assert _containers(spec.name) == []
+    assert clabtools.containers(spec.name) == []
     assert state.load(spec.name).spec.runtime == "netns"
