@@ -122,6 +122,9 @@ class SwitchDataplane(PortTables, GroupTables, RouteTables, PortModelTables,
         # routes: per switch, its routes wider than a host's (a few, where the learned /32s
         # are thousands): what a route's notice may name, found without scanning them all
         self._wide_routes: dict[int, dict[ipaddress.IPv4Network, int]] = {}
+        # routes: the same by prefix length and network address as an int (covering_group)
+        self._wide_index: dict[int, dict[int, dict[int, int]]] = {}
+        self.wide_routes_version = 0    # routes: bumped when a route wider than /32 changes
         self._route_avoid: dict[tuple[int, ipaddress.IPv4Network], int] = {}   # routes
         self._local_refs: dict[tuple[int, int], set[int]] = {}                 # routes
         self._port_model: dict[int, dict] = {}     # portmodel: ifindex -> model config
