@@ -211,7 +211,12 @@ def dataplane_sizes(spec) -> dict[str, int]:
     # run time. Each holds a range of `members` a power of two long (MemberRanges).
     groups = {(sw, tuple(r.nexthops)) for sw, rs in spec.routes.items() for r in rs}
     member_entries = sum(1 << max(0, len(hops) - 1).bit_length() for _, hops in groups)
+    # every addressed switch port answers ARP for its address (port_addrs; local_addrs has
+    # one entry per switch and address, no more); every host port is learned on its leaf
+    addresses = sum(1 for n in spec.switches for i in n.interfaces if i.address)
     return {"max_ports": _size_class(max(64, ports + 1)),
+            "max_addrs": _size_class(max(abi.MAX_ADDRS, addresses + 64)),
+            "max_learned": _size_class(max(abi.MAX_LEARNED, 2 * host_ports)),
             "max_routes": _size_class(max(256, routes + 1)),
             "max_members": _size_class(max(abi.MAX_MEMBERS, widest)),
             "max_groups": _size_class(max(abi.MAX_GROUPS, 2 * len(groups) + 64)),

@@ -23,6 +23,18 @@ def test_sizes_are_powers_of_two_and_hold_the_lab(path):
     assert all(v & (v - 1) == 0 for v in sizes.values()), sizes
     assert sizes["max_ports"] > sum(len(n.interfaces) for n in spec.switches)
     assert sizes["max_members"] >= max(len(r.nexthops) for rs in spec.routes.values() for r in rs)
+    assert sizes["max_addrs"] > sum(1 for n in spec.switches for i in n.interfaces if i.address)
+    assert sizes["max_learned"] >= sum(len(n.interfaces) for n in spec.hosts)
+
+
+def test_a_16384_gpu_lab_gets_room_for_its_addresses_and_hosts():
+    """A lab past the fixed defaults (16,384 addresses, 16,384 learned hosts): the agent
+    refused the 16,384-GPU lab's 98,304 port addresses ("port_addrs is full")."""
+    spec = labspec.build(generate("dual-plane", name="big", servers=640, rails=8, spines=32, leaf_ports=192, links_per_spine=2))
+    sizes = dataplane_sizes(spec)
+    addresses = sum(1 for n in spec.switches for i in n.interfaces if i.address)
+    assert addresses > 16384 and sizes["max_addrs"] > addresses
+    assert sizes["max_learned"] >= sum(len(n.interfaces) for n in spec.hosts) > 4096
 
 
 def test_labs_a_little_apart_share_one_object():
