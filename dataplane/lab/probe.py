@@ -9,7 +9,6 @@ counter differences show the last switch that saw it and any drop reason.
 from __future__ import annotations
 
 import random
-import resource
 import selectors
 import socket
 import threading
@@ -18,7 +17,7 @@ from dataclasses import dataclass, field
 from ipaddress import IPv4Interface
 
 from dataplane.errors import RuntimeStateError
-from dataplane.kernel.netns import in_netns
+from dataplane.kernel.netns import in_netns, room_for_files
 from dataplane.runtime.labspec import LabSpec, segment_of
 
 PROBE_PORT = 47_999
@@ -155,6 +154,11 @@ class _HostWorker:
             if len(words) == 6 and words[0] == "railab-probe" and words[3] == self.host:
                 self.received.add((words[1], words[2], words[3], words[4]))
 
+    def close(self) -> None:
+        for s in [self.receiver, *self.senders.values()]:
+            if s is not None:
+                s.close()
+
 
 def _receive_until(workers, stop: threading.Event) -> None:
     """One thread for every host's receiver (a thread per host was 2,048 threads at
@@ -168,25 +172,6 @@ def _receive_until(workers, stop: threading.Event) -> None:
                 key.data.receive()
 
 
-def _room_for_sockets(count: int) -> None:
-    """Raise this process's open-file limit for `count` more sockets (a sampled probe of a
-    16,384-GPU lab opens about 2,300; the default soft limit is 1,024)."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    wanted = count + 1024
-    if soft >= wanted:
-        return
-    try:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, max(hard, wanted)))
-    except (ValueError, OSError):
-        raise RuntimeStateError(f"the probe needs {count} sockets and the open-file limit "
-                                f"is {hard} (ulimit -n)") from None
-
-    def close(self) -> None:
-        for s in [self.receiver, *self.senders.values()]:
-            if s is not None:
-                s.close()
-
-
 def run_probe(spec: LabSpec, *, attempts: int = 3, wait_s: float = 0.6, tracer=None,
               sample: int | None = None) -> ProbeResult:
     """Every NIC pair, or with sample=N every leaf pair and random pairs up to N."""
@@ -198,7 +183,10 @@ def run_probe(spec: LabSpec, *, attempts: int = 3, wait_s: float = 0.6, tracer=N
     for pair in pairs:
         for p in pair:
             used.setdefault(p.host, {})[p.port] = p
-    _room_for_sockets(sum(len(p) + 1 for p in used.values()))
+    try:
+        room_for_files(sum(len(p) + 1 for p in used.values()))
+    except OSError as err:
+        raise RuntimeStateError(f"the probe cannot open its sockets: {err}") from None
     workers = {h: _HostWorker(netns_of[h], h, list(used[h].values())) for h in used}
     for w in workers.values():
         w.open()

@@ -11,7 +11,7 @@ from contextlib import ExitStack
 from ipaddress import IPv4Interface, IPv4Network
 
 from dataplane.kernel import ethtool, rtnl
-from dataplane.kernel.netns import in_netns
+from dataplane.kernel.netns import in_netns, room_for_files
 from dataplane.runtime.labspec import LabSpec, NodeSpec
 from dataplane.topology.addressing import ACCESS_POOL
 
@@ -83,18 +83,37 @@ def create_namespaces(spec: LabSpec) -> None:
 
 def create_links(spec: LabSpec) -> None:
     """Every veth pair in batches: both ends named, numbered (the shared XDP program needs
-    lab-unique ifindexes) and placed in their namespaces by one request each."""
+    lab-unique ifindexes) and placed in their namespaces by one request each, and each
+    batch's ends brought up right after it, from a socket in each end's namespace.
+
+    Why at once: the kernel's link watcher takes each new end's "no carrier" event later,
+    and an end that is up by then while its peer is still down costs a deactivation that
+    waits for an expedited RCU grace period under the rtnl lock. Brought up node by node
+    (every host, then every switch), most ends of a 16,384-GPU lab were in that state and
+    the addresses step waited minutes on the lock."""
+    links = list(spec.links())
+    room_for_files(2 * len(spec.nodes))   # a namespace fd and a socket per node
     with ExitStack() as stack:
-        fds = {}
+        fds, socks = {}, {}
         for node in spec.nodes:
             fd = os.open(os.path.join(NETNS_DIR, node.netns), os.O_RDONLY | os.O_CLOEXEC)
             stack.callback(os.close, fd)
             fds[node.name] = fd
         sock = stack.enter_context(rtnl.Socket())
-        sock.run(rtnl.veth(iface.name, iface.ifindex, iface.mac, fds[node.name],
-                           peer.name, peer.ifindex, peer.mac, fds[peer_node.name],
-                           label=f"link {node.name}:{iface.name} - {peer_node.name}:{peer.name}")
-                 for node, iface, peer_node, peer in spec.links())
+        for start in range(0, len(links), rtnl.BATCH):
+            batch = links[start:start + rtnl.BATCH]
+            sock.run(rtnl.veth(iface.name, iface.ifindex, iface.mac, fds[node.name],
+                               peer.name, peer.ifindex, peer.mac, fds[peer_node.name],
+                               label=f"link {node.name}:{iface.name} - {peer_node.name}:{peer.name}")
+                     for node, iface, peer_node, peer in batch)
+            ups: dict[str, list] = {}
+            for node, iface, peer_node, peer in batch:
+                ups.setdefault(node.name, []).append(rtnl.link_up(iface.ifindex, f"{node.name}:{iface.name} up"))
+                ups.setdefault(peer_node.name, []).append(rtnl.link_up(peer.ifindex, f"{peer_node.name}:{peer.name} up"))
+            for name, requests in ups.items():
+                if name not in socks:
+                    socks[name] = stack.enter_context(rtnl.Socket(spec.node(name).netns))
+                socks[name].run(requests)
 
 
 def _namespace_sysctls(node: NodeSpec, dataplane: str = "xdp") -> dict[str, str]:
