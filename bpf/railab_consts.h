@@ -18,7 +18,11 @@
 #define MAX_GROUPS 1024         /* next-hop group ids are 0 .. MAX_GROUPS-1 (lab-wide) */
 #endif
 #ifndef MAX_MEMBERS
-#define MAX_MEMBERS 64          /* members per group; member table stride */
+#define MAX_MEMBERS 64          /* members per group at most */
+#endif
+#ifndef MAX_MEMBER_ENTRIES
+#define MAX_MEMBER_ENTRIES 65536 /* `members` and `member_stats` entries, all groups together
+                                  * (each group a range of them: group.member_base) */
 #endif
 #ifndef MAX_ROUTES
 #define MAX_ROUTES 65536        /* LPM entries, all switches together */

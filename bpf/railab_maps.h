@@ -36,9 +36,9 @@ BPF_PERCPU_ARRAY(route_cache, struct route_cache, ROUTE_CACHE_SLOTS);
  * hash_fields, flowlet/busy timeouts, WCMP slot table, round-robin counter}. */
 BPF_ARRAY(groups, struct group, MAX_GROUPS);
 
-/* members: key __u32 group_id * MAX_MEMBERS + i -> struct member {egress ifindex,
+/* members: key __u32 group.member_base + i -> struct member {egress ifindex,
  * egress slot, next-hop MAC, egress port MAC}. */
-BPF_ARRAY(members, struct member, MAX_GROUPS * MAX_MEMBERS);
+BPF_ARRAY(members, struct member, MAX_MEMBER_ENTRIES);
 
 /* port_addrs: key struct port_addr_key {ifindex host order, IPv4 big-endian} -> __u32 flags.
  * ARP requests for ip arriving on ifindex are answered with the port's MAC, sent back out
@@ -79,7 +79,7 @@ BPF_ARRAY(learn_gen, __u64, 1);
 BPF_PERCPU_ARRAY(port_stats, struct port_stats, MAX_PORTS);
 
 /* member_stats: PERCPU, key as `members` -> struct pkt_count (frames sent via that member). */
-BPF_PERCPU_ARRAY(member_stats, struct pkt_count, MAX_GROUPS * MAX_MEMBERS);
+BPF_PERCPU_ARRAY(member_stats, struct pkt_count, MAX_MEMBER_ENTRIES);
 
 /* verdict_stats: PERCPU, key __u32 XDP action (0 aborted .. 4 redirect) or 5 queued
  * (XDP_PASS into a real queue) -> struct pkt_count. */

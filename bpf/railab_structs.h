@@ -14,10 +14,12 @@
  * same ifindex as an array index; those entries also carry PORT_F_VALID) */
 struct port_info {
     __u32 switch_id;      /* owning switch, index into `switches` */
-    __u16 slot;           /* lab-unique port slot < MAX_PORTS: index into port_stats */
+    __u32 slot;           /* lab-unique port slot < MAX_PORTS: index into port_stats (32 bits:
+                           * a 16,384-GPU lab has 98,304 switch ports) */
     __u16 flags;          /* PORT_F_* */
-    __u8  mac[6];         /* the port's MAC: ARP replies and src MAC of frames it sends */
     __u16 lbn;            /* LBN value of this ingress port (LB_MODE_LBN) */
+    __u8  mac[6];         /* the port's MAC: ARP replies and src MAC of frames it sends */
+    __u16 _pad;
     __u64 speed_bps;      /* emulated (scaled) port speed; informational, the data path uses
                            * port_queue.ps_per_byte */
 };
@@ -78,14 +80,16 @@ struct group {
     __u16 mode;           /* LB_MODE_* */
     __u16 n_members;      /* members 0..n-1 are valid; 0 = drop (no_member) */
     __u32 hash_fields;    /* HASH_F_*; 0 = switch default */
-    __u32 flags;          /* reserved */
+    __u32 member_base;    /* members n of this group are `members` entry member_base + n: each
+                           * group holds a range as long as it needs (the agent allocates), not
+                           * a fixed MAX_MEMBERS stride that left most of the table empty */
     __u32 flowlet_ns;     /* LB_MODE_FLOWLET: idle gap that ends a flowlet (ns) */
     __u32 busy_ns;        /* ... gap used instead while the flow's member is busy (ns) */
     __u16 busy_util;      /* ... "busy" = member utilisation above this (UTIL_ONE = 100%);
                            * 0 = never busy */
     __u16 n_wslots;       /* LB_MODE_WCMP: slots in use in wslots (0 = plain hash) */
     __u8  wslots[WCMP_SLOTS];   /* LB_MODE_WCMP: member index per slot (weights expanded) */
-    __u16 eslots[WCMP_SLOTS];   /* egress port slot of members 0..63 (load-aware modes read
+    __u32 eslots[WCMP_SLOTS];   /* egress port slot of members 0..63 (load-aware modes read
                                  * port_queue[eslots[i]] without a `members` lookup) */
     __u64 rr;             /* LB_MODE_SPRAY_RR: packets so far (shared, __sync_fetch_and_add) */
     __u64 down_mask;      /* bit i: member i's egress port is down (local fast failover).
@@ -93,13 +97,14 @@ struct group {
                            * the chosen member is down, so flows on live members never move. */
 };
 
-/* value of `members` (key: __u32 group_id * MAX_MEMBERS + member index) */
+/* value of `members` (key: __u32 group.member_base + member index) */
 struct member {
     __u32 ifindex;        /* egress ifindex (in the switch's netns); 0 = empty slot */
-    __u16 egress_slot;    /* egress port's slot, for tx counters */
-    __u16 flags;          /* reserved */
+    __u32 egress_slot;    /* egress port's slot, for tx counters */
     __u8  dmac[6];        /* next-hop (neighbour) MAC */
     __u8  smac[6];        /* egress port's MAC */
+    __u16 flags;          /* reserved */
+    __u16 _pad;
 };
 
 /* key of `port_addrs`: an address the switch answers ARP for on one port.
@@ -203,7 +208,6 @@ struct tm_dst_key {
 /* value of `tm`: where the flow goes, overriding the route's group and mode */
 struct tm_entry {
     struct member m;      /* egress ifindex, slot, MACs as in `members` */
-    __u32 _pad;
     __u64 packets;        /* frames that matched (shared, __sync_fetch_and_add) */
     __u64 bytes;
 };

@@ -1356,7 +1356,7 @@ route:
                     &now, sw_fields, sw_hash, &placed);
     if (idx >= MAX_MEMBERS)
         return rl_drop(ctx, ps, DROP_NO_MEMBER);
-    midx = gid * MAX_MEMBERS + idx;
+    midx = grp->member_base + idx;
     m = members.lookup(&midx);
     if (!m || !m->ifindex)
         return rl_drop(ctx, ps, DROP_NO_MEMBER);

@@ -16,6 +16,7 @@ class RoutingState:
     members: dict[int, list[str]] = field(default_factory=dict)
     prefixes: dict[int, list[str]] = field(default_factory=dict)
     host_routes: dict[tuple[str, str], int] = field(default_factory=dict)
+    host_switches: dict[str, set[str]] = field(default_factory=dict)   # /32 -> switches holding it
     generation: int = 0
 
     def members_of(self, gid: int) -> list[str]:

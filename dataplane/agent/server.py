@@ -199,20 +199,28 @@ def dataplane_sizes(spec) -> dict[str, int]:
     """The XDP object's table sizes for a lab (its -D cflags), rounded up to size classes."""
     ports = sum(len(n.interfaces) for n in spec.switches)
     routes = sum(len(r) for r in spec.routes.values())
-    # room for learned /32 host routes on every switch (ARP-to-host-route) and for
-    # the more specific copies ARN exclusions may add
+    # room for learned /32 host routes (a host that turns up where the lab did not put it
+    # needs one on most switches of its plane; LPM tries take memory per entry, not per
+    # max_entries) and for the more specific copies ARN exclusions may add
     host_ports = sum(len(nic.ports) for nics in spec.host_nics.values() for nic in nics)
     routes += host_ports * len(spec.switches) + 64
     # a group holds every next hop of a route (a large leaf has over a hundred uplinks)
     widest = max((len(r.nexthops) for rs in spec.routes.values() for r in rs), default=1)
-    # one group per (switch, next hops) at start, one per host port once hosts are
-    # learned (the leaf's route to it), and room for as many again (lb and ARN make
-    # groups at run time)
-    groups = len({(sw, tuple(r.nexthops)) for sw, rs in spec.routes.items() for r in rs})
+    # one group per (switch, next hops) at start (a leaf's planned /32s make one per host
+    # port), and room for as many again: lb, ARN and hosts learned elsewhere make groups at
+    # run time. Each holds a range of `members` a power of two long (MemberRanges).
+    groups = {(sw, tuple(r.nexthops)) for sw, rs in spec.routes.items() for r in rs}
+    member_entries = sum(1 << max(0, len(hops) - 1).bit_length() for _, hops in groups)
+    # every addressed switch port answers ARP for its address (port_addrs; local_addrs has
+    # one entry per switch and address, no more); every host port is learned on its leaf
+    addresses = sum(1 for n in spec.switches for i in n.interfaces if i.address)
     return {"max_ports": _size_class(max(64, ports + 1)),
+            "max_addrs": _size_class(max(abi.MAX_ADDRS, addresses + 64)),
+            "max_learned": _size_class(max(abi.MAX_LEARNED, 2 * host_ports)),
             "max_routes": _size_class(max(256, routes + 1)),
             "max_members": _size_class(max(abi.MAX_MEMBERS, widest)),
-            "max_groups": _size_class(max(abi.MAX_GROUPS, 2 * (groups + host_ports) + 64))}
+            "max_groups": _size_class(max(abi.MAX_GROUPS, 2 * len(groups) + 64)),
+            "max_member_entries": _size_class(max(abi.MAX_MEMBER_ENTRIES, 2 * member_entries + 4096))}
 
 
 def _start_xdp_lab(lab: str, spec, mark) -> tuple[ControlServer, str, str] | None:

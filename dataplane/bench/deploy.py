@@ -149,8 +149,13 @@ def measure(label: str, path: Path, runtime: str = "netns", *, probe_sample: int
             "lab_memory_mib": round((available_before - _meminfo_kib("MemAvailable")) / 1024),
         })
         if probe_sample:
-            probed = run_probe(spec, sample=probe_sample)
-            row["probe"] = {"pairs": probed.pairs, "ok": probed.ok}
+            probe_started = time.monotonic()
+            try:
+                probed = run_probe(spec, sample=probe_sample)
+                row["probe"] = {"pairs": probed.pairs, "ok": probed.ok,
+                                "s": round(time.monotonic() - probe_started, 2)}
+            except RailabError as err:     # the lab is up, the probe could not run: the row says so
+                row["probe"] = {"error": str(err)[:300]}
     except RailabError as err:
         if not keep_going:
             raise

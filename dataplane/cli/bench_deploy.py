@@ -48,6 +48,8 @@ def run_deploy(args) -> int:
     for row in rows:
         if row.get("error"):
             console.print(f"{row['lab']}: not deployed: {row['error']}")
+        if (row.get("probe") or {}).get("error"):
+            console.print(f"{row['lab']}: not probed: {row['probe']['error']}")
     console.print(_phase_table(rows))
     if args.scale:
         console.print(_fit_table(deploy.fit(rows)))
@@ -78,7 +80,7 @@ def _deploy_table(rows: list[dict], scale: bool):
         cells += [f"{row[k]:,}" if isinstance(row.get(k), int) else str(row.get(k, "-")) for k in columns]
         if scale:
             probe = row.get("probe")
-            cells.append(f"{probe['ok']:,}/{probe['pairs']:,}" if probe else "-")
+            cells.append(f"{probe['ok']:,}/{probe['pairs']:,}" if probe and "ok" in probe else "-")
         cells.append(f"{row['load_before']}")
         table.add_row(*cells)
     return table

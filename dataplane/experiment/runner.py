@@ -178,12 +178,15 @@ class _RunClock(threading.Thread):
             if (c := snap.port(switch, port)) is not None:
                 self.uplink_queues.setdefault(f"{switch}:{port}", []).append(c.waiting_bytes)
 
-    def mark_start(self, at: float | None = None) -> float:
-        """The common start (now, or `at`, a time.monotonic() just ahead): the delivered
-        bytes now count as t = 0. Returns its time."""
-        self.t0 = time.monotonic() if at is None else at
+    def mark_start(self, lead: float = 0.0) -> float:
+        """The common start, `lead` seconds after the counters were read as its t = 0:
+        the read comes first because it takes seconds in a large lab (98,304 ports at
+        16,384 GPUs), and a start fixed before it had passed when the senders were told.
+        Returns its time (time.monotonic())."""
         self._sample()
+        self.t0 = time.monotonic() + lead
         self.uplink_samples[-1]["t"] = 0.0
+        self.sample_t[-1] = 0.0
         return self.t0
 
     def _stamps(self, clear: bool) -> None:
@@ -360,7 +363,7 @@ def run_once(spec: LabSpec, experiment: Experiment, flows: list[wl.Flow], label:
         clock = _RunClock(spec, fabric, experiment.events, experiment.sample_s)
         # one start time for every host, a little ahead, so that all are awake by then:
         # the flows' relative phases are the experiment's, not the order hosts woke up in
-        started = clock.mark_start(at=time.monotonic() + GO_LEAD_S)
+        started = clock.mark_start(lead=GO_LEAD_S)
         if kernel_rx is not None:
             kernel_rx.start(int(started * 1e9))
         if kernel_tx is not None:

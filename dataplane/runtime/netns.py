@@ -4,14 +4,16 @@ in-memory model, only the lab's name.
 """
 from __future__ import annotations
 
+import functools
 import os
 import subprocess
 from contextlib import ExitStack
 from ipaddress import IPv4Interface, IPv4Network
 
 from dataplane.kernel import ethtool, rtnl
-from dataplane.kernel.netns import in_netns
+from dataplane.kernel.netns import in_netns, room_for_files
 from dataplane.runtime.labspec import LabSpec, NodeSpec
+from dataplane.topology.addressing import ACCESS_POOL
 
 NAME = "netns"
 NETNS_DIR = "/run/netns"
@@ -81,18 +83,37 @@ def create_namespaces(spec: LabSpec) -> None:
 
 def create_links(spec: LabSpec) -> None:
     """Every veth pair in batches: both ends named, numbered (the shared XDP program needs
-    lab-unique ifindexes) and placed in their namespaces by one request each."""
+    lab-unique ifindexes) and placed in their namespaces by one request each, and each
+    batch's ends brought up right after it, from a socket in each end's namespace.
+
+    Why at once: the kernel's link watcher takes each new end's "no carrier" event later,
+    and an end that is up by then while its peer is still down costs a deactivation that
+    waits for an expedited RCU grace period under the rtnl lock. Brought up node by node
+    (every host, then every switch), most ends of a 16,384-GPU lab were in that state and
+    the addresses step waited minutes on the lock."""
+    links = list(spec.links())
+    room_for_files(2 * len(spec.nodes))   # a namespace fd and a socket per node
     with ExitStack() as stack:
-        fds = {}
+        fds, socks = {}, {}
         for node in spec.nodes:
             fd = os.open(os.path.join(NETNS_DIR, node.netns), os.O_RDONLY | os.O_CLOEXEC)
             stack.callback(os.close, fd)
             fds[node.name] = fd
         sock = stack.enter_context(rtnl.Socket())
-        sock.run(rtnl.veth(iface.name, iface.ifindex, iface.mac, fds[node.name],
-                           peer.name, peer.ifindex, peer.mac, fds[peer_node.name],
-                           label=f"link {node.name}:{iface.name} - {peer_node.name}:{peer.name}")
-                 for node, iface, peer_node, peer in spec.links())
+        for start in range(0, len(links), rtnl.BATCH):
+            batch = links[start:start + rtnl.BATCH]
+            sock.run(rtnl.veth(iface.name, iface.ifindex, iface.mac, fds[node.name],
+                               peer.name, peer.ifindex, peer.mac, fds[peer_node.name],
+                               label=f"link {node.name}:{iface.name} - {peer_node.name}:{peer.name}")
+                     for node, iface, peer_node, peer in batch)
+            ups: dict[str, list] = {}
+            for node, iface, peer_node, peer in batch:
+                ups.setdefault(node.name, []).append(rtnl.link_up(iface.ifindex, f"{node.name}:{iface.name} up"))
+                ups.setdefault(peer_node.name, []).append(rtnl.link_up(peer.ifindex, f"{peer_node.name}:{peer.name} up"))
+            for name, requests in ups.items():
+                if name not in socks:
+                    socks[name] = stack.enter_context(rtnl.Socket(spec.node(name).netns))
+                socks[name].run(requests)
 
 
 def _namespace_sysctls(node: NodeSpec, dataplane: str = "xdp") -> dict[str, str]:
@@ -170,7 +191,9 @@ def configure_sysctls(spec: LabSpec) -> None:
     make_room_in_arp_table(spec)
     for node in spec.nodes:
         values = _namespace_sysctls(node, spec.dataplane)
-        if not node.external:
+        # the netns runtime set conf/default/rp_filter before it made the interfaces, which
+        # took it from there (131,072 writes at 16,384 GPUs); containerlab's came before
+        if not node.external and spec.runtime != "netns":
             values.update({f"net/ipv4/conf/{i.name}/rp_filter": "0" for i in node.interfaces})
         set_sysctls(node.netns, values)
         if node.role == "host" or node.external:
@@ -225,14 +248,37 @@ def _host_requests(spec: LabSpec, node: NodeSpec) -> list[rtnl.Request]:
                                   label=f"{node.name}: rule from {source} table {nic.table}"))
 
     # Main table, for traffic not bound to a NIC: each segment through the NIC on it, or
-    # the one the first NIC would relay through.
-    for segment in spec.segments:
-        network = IPv4Network(segment)
-        direct = [i for i, n in enumerate(nics) if IPv4Interface(n.address).ip in network]
+    # the one the first NIC would relay through. Those relayed segments of the access pool
+    # become one route for the pool when one NIC carries them all: 120 of a host's 128
+    # segments at 16,384 GPUs, 262 k kernel routes in the lab otherwise.
+    nic_ips = [int(IPv4Interface(n.address).ip) for n in nics]
+    relayed = []
+    for segment, (network, mask, pooled) in zip(spec.segments, _segment_networks(tuple(spec.segments))):
+        direct = [i for i, ip in enumerate(nic_ips) if ip & mask == network]
         carrier = direct[0] if direct else (nics[0].relay.get(segment) if nics else None)
-        if carrier is not None:
+        if carrier is None:
+            continue
+        if direct or not pooled:
             requests.append(route(segment, carrier))
+        else:
+            relayed.append((segment, carrier))
+    carriers = {carrier for _, carrier in relayed}
+    if len(carriers) == 1:
+        requests.append(route(str(ACCESS_POOL), carriers.pop()))
+    else:
+        requests += [route(segment, carrier) for segment, carrier in relayed]
     return requests
+
+
+@functools.lru_cache(maxsize=4)
+def _segment_networks(segments: tuple[str, ...]) -> list[tuple[int, int, bool]]:
+    """(network, mask, inside the access pool) of each segment, as ints: parsed once per
+    lab, not once per host."""
+    out = []
+    for segment in segments:
+        net = IPv4Network(segment)
+        out.append((int(net.network_address), int(net.netmask), net.subnet_of(ACCESS_POOL)))
+    return out
 
 
 def kernel_routes(spec: LabSpec, node: NodeSpec) -> list[dict]:

@@ -122,6 +122,9 @@ def _assign_access(topo: Topology, plan: AddressPlan) -> None:
         groups.setdefault(_segment_key(topo, leaf.name), []).append(leaf.name)
 
     per_size: dict[int, object] = {}
+    # every address handed out so far, kept up to date below: a set per segment made from
+    # all endpoints each time cost segments x endpoints (26 s at 16,384 GPUs)
+    used = {a.ip for a in plan.by_endpoint.values()}
     for members in groups.values():
         nic_ids: list[tuple] = []
         for leaf in members:
@@ -143,12 +146,12 @@ def _assign_access(topo: Topology, plan: AddressPlan) -> None:
         plan.segments.append(segment)
         host_index = 2
         ident_addr: dict[tuple, IPv4Interface] = {}
-        used = {a.ip for a in plan.by_endpoint.values() if a.ip in segment.network}
         for leaf in members:
             plan.segment_of_leaf[leaf] = segment
             for link, far in _host_links(topo, leaf):
                 near = link.local(leaf)
                 plan.by_endpoint.setdefault(near, segment.gateway)
+                used.add(plan.by_endpoint[near].ip)
                 ident = _nic_identity(link, far)
                 if far in plan.by_endpoint:
                     ident_addr.setdefault(ident, plan.by_endpoint[far])

@@ -29,7 +29,7 @@ from jsonschema.validators import validator_for
 
 from dataplane import yamlfile
 from dataplane.errors import TopologyError
-from dataplane.topology import infer
+from dataplane.topology import clabshapes, infer
 from dataplane.topology.generate import INT_PARAMS, format_speed, parse_speed
 from dataplane.topology.model import FABRIC_KINDS, Endpoint, Link, Node, Role, Topology
 
@@ -193,13 +193,21 @@ def _json_path(parts) -> str:
     return text or "top level"
 
 
-def _normalised_for_schema(doc: dict, source: str) -> dict:
+def _normalised_for_schema(doc: dict, source: str, *, one_link_per_shape: bool = False) -> dict:
     """A copy as containerlab itself would check it: empty (null) sections are empty, old
     kind aliases are their new names, node types compare in lower case (containerlab
-    lowercases them). Unknown kinds are refused with a clear message."""
+    lowercases them). Unknown kinds are refused with a clear message. one_link_per_shape:
+    the links reduced to one of each shape (clabshapes), valid exactly when all are."""
     known = schema_kinds()
-    doc = copy.deepcopy(doc)
+    given = doc["topology"]
+    links = given.get("links")
+    if one_link_per_shape and isinstance(links, list):
+        links = clabshapes.one_per_shape(links, _validator().schema)
+    # links are only read here: copied as a list (their mappings shared), not deeply
+    doc = copy.deepcopy({**doc, "topology": {k: v for k, v in given.items() if k != "links"}})
     topo = doc["topology"]
+    if "links" in given:
+        topo["links"] = list(links) if isinstance(links, list) else copy.deepcopy(links)
     for section in ("kinds", "groups", "defaults", "links"):
         if section in topo and topo[section] is None:
             del topo[section]
@@ -249,7 +257,12 @@ def from_document(doc: dict, source: str = "<document>") -> Loaded:
         raise TopologyError(f"{source}: has no nodes (topology.nodes is empty)")
     if not isinstance(doc["topology"]["nodes"], dict):
         raise TopologyError(f"{source}: topology.nodes must be a mapping of node names")
-    validate(_normalised_for_schema(doc, source), source)
+    try:
+        validate(_normalised_for_schema(doc, source, one_link_per_shape=True), source)
+    except TopologyError:
+        # every link again, so that the message names the first link at fault
+        validate(_normalised_for_schema(doc, source), source)
+        raise
     return _Reader(doc, source).read()
 
 

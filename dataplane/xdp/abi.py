@@ -23,6 +23,7 @@ MAX_PORTS = 4096
 MAX_SWITCHES = 1024
 MAX_GROUPS = 1024
 MAX_MEMBERS = 64
+MAX_MEMBER_ENTRIES = 65536   # members / member_stats: every group's range together
 MAX_ROUTES = 65536
 MAX_ADDRS = 16384
 MAX_FLOWLETS = 65536
@@ -234,10 +235,11 @@ class PortInfo(ct.Structure):
     """value of `ports` (key: c_uint32 ifindex)"""
     _fields_ = [
         ("switch_id", ct.c_uint32),
-        ("slot", ct.c_uint16),
+        ("slot", ct.c_uint32),
         ("flags", ct.c_uint16),
-        ("mac", ct.c_uint8 * 6),
         ("lbn", ct.c_uint16),
+        ("mac", ct.c_uint8 * 6),
+        ("_pad", ct.c_uint16),
         ("speed_bps", ct.c_uint64),
     ]
 
@@ -293,26 +295,27 @@ class Group(ct.Structure):
         ("mode", ct.c_uint16),
         ("n_members", ct.c_uint16),
         ("hash_fields", ct.c_uint32),
-        ("flags", ct.c_uint32),
+        ("member_base", ct.c_uint32),
         ("flowlet_ns", ct.c_uint32),
         ("busy_ns", ct.c_uint32),
         ("busy_util", ct.c_uint16),
         ("n_wslots", ct.c_uint16),
         ("wslots", ct.c_uint8 * WCMP_SLOTS),
-        ("eslots", ct.c_uint16 * WCMP_SLOTS),
+        ("eslots", ct.c_uint32 * WCMP_SLOTS),
         ("rr", ct.c_uint64),
         ("down_mask", ct.c_uint64),
     ]
 
 
 class Member(ct.Structure):
-    """value of `members` (key: group_id * max_members + i)"""
+    """value of `members` (key: the group's member_base + i)"""
     _fields_ = [
         ("ifindex", ct.c_uint32),
-        ("egress_slot", ct.c_uint16),
-        ("flags", ct.c_uint16),
+        ("egress_slot", ct.c_uint32),
         ("dmac", ct.c_uint8 * 6),
         ("smac", ct.c_uint8 * 6),
+        ("flags", ct.c_uint16),
+        ("_pad", ct.c_uint16),
     ]
 
 
@@ -432,7 +435,6 @@ class TmEntry(ct.Structure):
     """value of `tm`"""
     _fields_ = [
         ("m", Member),
-        ("_pad", ct.c_uint32),
         ("packets", ct.c_uint64),
         ("bytes", ct.c_uint64),
     ]

@@ -27,7 +27,7 @@ from dataplane.xdp import abi, bpfcache
 from dataplane.xdp.bpfio import BpfMaps, DataplaneError
 from dataplane.xdp.tables.counters import CounterTables
 from dataplane.xdp.tables.flows import FlowTables
-from dataplane.xdp.tables.groups import GroupState, GroupTables, hash_field_names, wcmp_slots
+from dataplane.xdp.tables.groups import GroupState, GroupTables, MemberRanges, hash_field_names, wcmp_slots
 from dataplane.xdp.tables.notices import NoticeTables
 from dataplane.xdp.tables.portmodel import PortModelTables
 from dataplane.xdp.tables.ports import PortTables
@@ -55,18 +55,19 @@ class SwitchDataplane(PortTables, GroupTables, RouteTables, PortModelTables,
 
     def __init__(self, *, max_ports: int = abi.MAX_PORTS, max_switches: int = abi.MAX_SWITCHES,
                  max_groups: int = abi.MAX_GROUPS, max_members: int = abi.MAX_MEMBERS,
+                 max_member_entries: int = abi.MAX_MEMBER_ENTRIES,
                  max_routes: int = abi.MAX_ROUTES, max_addrs: int = abi.MAX_ADDRS,
                  max_flowlets: int = abi.MAX_FLOWLETS, max_tm: int = abi.MAX_TM,
                  max_learned: int = abi.MAX_LEARNED, max_flows_seen: int = abi.MAX_FLOWS_SEEN,
                  port_index_slots: int | None = None,
                  route_cache_slots: int = abi.ROUTE_CACHE_SLOTS, debug: bool = False,
                  extra_cflags: list[str] | tuple[str, ...] = ()):
-        if not 1 <= max_ports <= 65536:
-            raise ValueError("max_ports must be 1..65536 (slots are u16)")
+        if not 1 <= max_ports <= 2**24:
+            raise ValueError("max_ports must be 1..2**24")
         if not 1 <= max_members <= 65535:
             raise ValueError("max_members must be 1..65535")
-        if max_groups * max_members >= 2**32:
-            raise ValueError("max_groups * max_members must fit in u32")
+        if not max_members <= max_member_entries <= 2**26:
+            raise ValueError("max_member_entries must be max_members..2**26")
         if port_index_slots is None:   # lab ifindexes are consecutive from 100, both link ends
             port_index_slots = 2 * max_ports + 1024
         if not 1 <= port_index_slots <= 2**20:
@@ -79,6 +80,7 @@ class SwitchDataplane(PortTables, GroupTables, RouteTables, PortModelTables,
         self.max_switches = max_switches
         self.max_groups = max_groups
         self.max_members = max_members
+        self.max_member_entries = max_member_entries
         self.max_routes = max_routes
         self.max_addrs = max_addrs
         self.cflags = [
@@ -87,6 +89,7 @@ class SwitchDataplane(PortTables, GroupTables, RouteTables, PortModelTables,
             f"-DMAX_SWITCHES={max_switches}",
             f"-DMAX_GROUPS={max_groups}",
             f"-DMAX_MEMBERS={max_members}",
+            f"-DMAX_MEMBER_ENTRIES={max_member_entries}",
             f"-DMAX_ROUTES={max_routes}",
             f"-DMAX_ADDRS={max_addrs}",
             f"-DMAX_FLOWLETS={max_flowlets}",
@@ -121,10 +124,14 @@ class SwitchDataplane(PortTables, GroupTables, RouteTables, PortModelTables,
         self._slot_owner: dict[int, int] = {}              # ports
         self._switches: dict[int, abi.SwitchCfg] = {}      # ports
         self._groups: dict[int, GroupState] = {}           # groups
+        self._member_ranges = MemberRanges(max_member_entries)   # groups: where each group's members are
         self._routes: dict[tuple[int, ipaddress.IPv4Network], int] = {}        # routes
         # routes: per switch, its routes wider than a host's (a few, where the learned /32s
         # are thousands): what a route's notice may name, found without scanning them all
         self._wide_routes: dict[int, dict[ipaddress.IPv4Network, int]] = {}
+        # routes: the same by prefix length and network address as an int (covering_group)
+        self._wide_index: dict[int, dict[int, dict[int, int]]] = {}
+        self.wide_routes_version = 0    # routes: bumped when a route wider than /32 changes
         self._route_avoid: dict[tuple[int, ipaddress.IPv4Network], int] = {}   # routes
         self._local_refs: dict[tuple[int, int], set[int]] = {}                 # routes
         self._port_model: dict[int, dict] = {}     # portmodel: ifindex -> model config
@@ -186,8 +193,9 @@ class SwitchDataplane(PortTables, GroupTables, RouteTables, PortModelTables,
         for gid in gids:
             g = self._groups[gid]
             self._write_header(gid, g)          # rr = 0, down_mask from the ports
+            base = self._member_ranges.base(gid)
             for i in range(len(g.members)):
-                self.maps.zero_percpu("member_stats", gid * self.max_members + i, abi.PktCount)
+                self.maps.zero_percpu("member_stats", base + i, abi.PktCount)
         for ifx in ports:
             self.maps.zero_percpu("port_stats", self._ports[ifx].slot, abi.PortStats)
             model = self._port_model.get(ifx)

@@ -84,7 +84,8 @@ def test_constants_match_c_defines():
 
 def test_compiled_sizes_follow_cflags(dp, bcc_view):
     assert f"-DMAX_PORTS={dp.max_ports}" in dp.cflags
-    expected = {"members": dp.max_groups * dp.max_members, "port_stats": dp.max_ports,
+    expected = {"members": dp.max_member_entries, "member_stats": dp.max_member_entries,
+                "port_stats": dp.max_ports, "pfc_port": dp.max_ports,
                 "routes": dp.max_routes}
     for name, entries in expected.items():
         assert bcc_view[name.encode()].max_entries == entries, name

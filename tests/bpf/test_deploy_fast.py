@@ -154,3 +154,22 @@ def test_sysctls_and_offloads_land_in_the_namespace(netns):
     assert "generic-receive-offload: on" in features and "tx-checksumming: off" in features
     with pytest.raises(OSError, match="ethtool nosuch"):
         ethtool.host_port_offloads(ns, ["nosuch"])
+
+
+def test_links_come_up_with_their_carrier_as_they_are_made():
+    """netns.create brings each batch's veth ends up right after making them, from a socket
+    in each end's namespace: every end is up with its carrier before the configure step
+    (node by node, a 16,384-GPU lab's link watcher held the rtnl lock for minutes)."""
+    from dataplane.runtime import labspec, netns   # deferred: only this test builds a lab
+    from dataplane.topology.generate import generate
+
+    spec = labspec.build(generate("dual-plane", name="upnow", servers=2, rails=2, spines=2))
+    try:
+        netns.create(spec)
+        for node in spec.nodes:
+            links = json.loads(sh(["ip", "-j", "-n", node.netns, "link", "show"]).stdout)
+            ports = [link for link in links if link["ifname"] != "lo"]
+            assert len(ports) == len(node.interfaces)
+            assert all({"UP", "LOWER_UP"} <= set(link["flags"]) for link in ports), (node.name, ports)
+    finally:
+        netns.delete_namespaces([n.netns for n in spec.nodes])

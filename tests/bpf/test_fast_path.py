@@ -92,6 +92,26 @@ def test_route_change_takes_effect_at_once(dp, lab, routes):
     assert egress(dp, lab, udp()) == EG[0]
 
 
+def test_covering_group_agrees_with_the_kernels_lookup(dp, lab, routes):
+    """covering_group (the agent's test whether a learned /32 would change anything) gives
+    the group the LPM gives every address of a prefix, and None where routes split it."""
+    version = dp.wide_routes_version
+    dp.add_route(SW, "10.50.4.0/22", G_A)
+    dp.add_route(SW, "10.50.6.0/24", G_B)             # splits the /22
+    dp.add_route(SW, "10.50.9.7/32", G_B)             # a host route splits nothing
+    assert dp.wide_routes_version == version + 2
+    for prefix, expected in (("10.50.5.0/24", G_A), ("10.50.6.0/24", G_B), ("10.50.6.128/25", G_B),
+                             ("10.50.4.0/22", None), ("10.50.9.0/24", G_ALL), ("10.51.0.0/24", None),
+                             ("10.50.0.0/16", None)):
+        assert dp.covering_group(SW, prefix) == expected, prefix
+        if expected is not None:
+            net = ipaddress.IPv4Network(prefix)
+            assert {dp.lookup_route(SW, str(net[i])) for i in (0, net.num_addresses - 1)} == {expected}
+    assert dp.covering_group(SW2, "10.50.5.0/24") is None
+    dp.del_route(SW, "10.50.6.0/24")
+    assert dp.covering_group(SW, "10.50.4.0/22") == G_A and dp.wide_routes_version == version + 3
+
+
 def test_avoid_mask_change_takes_effect_at_once(dp, lab, routes):
     first = egress(dp, lab, udp())
     i = EG.index(first)

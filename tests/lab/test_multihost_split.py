@@ -13,7 +13,8 @@ import pytest
 import yaml
 
 from .conftest import railab, shipped, unique_name
-from .test_clab_attach import CLAB_ENV, _containers, containerlab_ready  # noqa: F401 (fixture)
+from . import clabtools
+from .test_clab_attach import CLAB_ENV, containerlab_ready  # noqa: F401 (fixture)
 
 UNDERLAY = {"a": "192.168.77.1", "b": "192.168.77.2"}
 
@@ -62,7 +63,7 @@ def test_split_lab_deploys_on_two_emulated_machines_and_a_cut_link_carries_full_
         for host, ns in machines.items():
             deployed = _in(ns, "containerlab", "deploy", "-t", str(files[host]))
             assert deployed.returncode == 0, deployed.stdout[-1500:] + deployed.stderr[-1500:]
-        assert len(_containers(f"{name}-a")) == len(_containers(f"{name}-b")) == 7
+        assert len(clabtools.containers(f"{name}-a")) == len(clabtools.containers(f"{name}-b")) == 7
         # containerlab made each stitch in its machine's namespace, none in the real root one
         for host, ns in machines.items():
             assert _ip("-n", ns, "-d", "link", "show").count("vxlan id") == 8
@@ -80,5 +81,5 @@ def test_split_lab_deploys_on_two_emulated_machines_and_a_cut_link_carries_full_
     finally:
         for host, ns in machines.items():
             _in(ns, "containerlab", "destroy", "-t", str(files[host]), "--cleanup")
-    assert _containers(f"{name}-a") == _containers(f"{name}-b") == []
+    assert clabtools.containers(f"{name}-a") == clabtools.containers(f"{name}-b") == []
     assert not [ns for ns in os.listdir("/run/netns") if name in ns]

@@ -115,11 +115,28 @@ class FakeDataplane:
     def group_mode(self, gid):
         return abi.LB_MODE_NAMES[self.groups[gid].mode]
 
+    wide_routes_version = 0
+
     def add_route(self, switch_id, prefix, gid):
         self.route_table.setdefault(switch_id, {})[prefix] = gid
+        self.wide_routes_version += not prefix.endswith("/32")
 
     def del_route(self, switch_id, prefix):
+        self.wide_routes_version += not prefix.endswith("/32")
         return self.route_table.get(switch_id, {}).pop(prefix, None) is not None
+
+    def route_group(self, switch_id, prefix):
+        return self.route_table.get(switch_id, {}).get(prefix)
+
+    def covering_group(self, switch_id, prefix):
+        """As SwitchDataplane.covering_group, by a scan (the real one indexes)."""
+        net = ipaddress.IPv4Network(prefix)
+        wide = [(ipaddress.IPv4Network(p), gid) for p, gid in self.route_table.get(switch_id, {}).items()
+                if ipaddress.IPv4Network(p).prefixlen < 32]
+        if any(other.prefixlen > net.prefixlen and other.subnet_of(net) for other, _ in wide):
+            return None
+        covering = [(other.prefixlen, gid) for other, gid in wide if net.subnet_of(other)]
+        return max(covering)[1] if covering else None
 
     def routes(self, switch_id):
         return dict(self.route_table.get(switch_id, {}))

@@ -320,17 +320,36 @@ def test_arn_ports_follow_the_routing_state():
 
 
 def test_learned_host_routes_follow_the_controllers_next_hop_rule():
-    """A host learned on a leaf port becomes a /32 on every switch of the leaf's plane,
-    over the same next hops the controller gives the leaf's segment."""
+    """A host learned where the lab put it adds no route: the leaf's planned /32 and every
+    other switch's route to its segment already lead there (a 16,384-GPU lab would have
+    installed 6.3 M of them). One that turns up elsewhere becomes a /32 on the switches
+    whose routes do not lead to it, over the controller's next hops towards its leaf."""
     p = programmed("dual-plane")
     leaf = p.spec.node("p0-leaf1-r1")
-    iface = leaf.interface("down2")
-    done = p.install_host_route(leaf, iface, "10.0.1.3")
-    assert done[0] == leaf.name and set(done) == {n.name for n in p.spec.switches if n.plane == 0}
-    segment = next(r for r in p.spec.routes["p0-spine1"] if r.prefix.startswith("10.0.1."))
-    gid = p.routing.host_routes[("p0-spine1", "10.0.1.3/32")]
-    assert p.routing.members[gid] == segment.nexthops
-    assert p.routing.members[p.routing.host_routes[(leaf.name, "10.0.1.3/32")]] == ["down2"]
+    spine = p.spec.node("p0-spine1")
+    before = {sw: dict(t) for sw, t in p.dp.route_table.items()}
+    assert p.install_host_route(leaf, leaf.interface("down2"), "10.0.1.3") == []
+    assert p.dp.route_table == before
+    segment = next(r for r in p.spec.routes[spine.name] if r.prefix == "10.0.1.0/24")
+    assert p.routing.members[p.dp.lookup_route(spine.switch_id, "10.0.1.3")] == segment.nexthops
+
+    # the same host on another port of its leaf: only the leaf's /32 changes
+    assert p.install_host_route(leaf, leaf.interface("down3"), "10.0.1.3") == [leaf.name]
+    assert p.routing.members[p.dp.lookup_route(leaf.switch_id, "10.0.1.3")] == ["down3"]
+
+    # ... on a leaf of another segment of its plane: the spines (their segment route leads
+    # to p0-leaf1-r1) and p0-leaf1-r1 (its /32 from before) need one; the other leaves go up
+    # to either spine for both leaves alike; plane 1 is untouched
+    other = p.spec.node("p0-leaf1-r2")
+    done = p.install_host_route(other, other.interface("down1"), "10.0.1.3")
+    assert done[0] == other.name
+    assert set(done) == {other.name, leaf.name, "p0-spine1", "p0-spine2"}
+    up = [i.name for i in spine.interfaces if i.peer_node == other.name]
+    assert p.routing.members[p.dp.lookup_route(leaf.switch_id, "10.0.1.3")] == \
+        [i.name for i in leaf.interfaces if i.name.startswith("up")]
+    assert p.routing.members[p.dp.lookup_route(spine.switch_id, "10.0.1.3")] == up
+    assert all(p.dp.route_table[n.switch_id] == before[n.switch_id]
+               for n in p.spec.switches if n.name.startswith("p1"))
 
 
 def test_counters_verb_shows_the_lab_wide_verdicts_and_drops(monkeypatch, capsys):

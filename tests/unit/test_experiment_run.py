@@ -160,3 +160,23 @@ def test_a_reliable_senders_grace_after_the_run_covers_its_retransmission_timeou
     assert runner.closed_loop_limit_s(12.5, 1.0) == runner.CLOSED_LOOP_LIMIT_S
     assert runner.closed_loop_limit_s(12.5, 3.125e-6) == pytest.approx(32.0)     # an RTO = 4 s
     assert runner.closed_loop_limit_s(12.5, 6.25e-7) == pytest.approx(160.0)     # an RTO = 20 s
+
+
+def test_the_common_start_comes_after_the_first_counter_read():
+    """The senders' start is fixed after the t = 0 counters were read, a lead ahead: the read
+    takes seconds in a 16,384-GPU lab, and a start fixed before it had passed when the
+    engine got it (it sent nothing: every flow cut by the duration)."""
+    p = programmed()
+    fabric = _GrowingFabric(p, 0)
+    slow = fabric.snapshot
+
+    def snapshot(switch=None):
+        time.sleep(0.2)           # a large lab's counters
+        return slow(switch)
+
+    fabric.snapshot = snapshot
+    clock = runner._RunClock(p.spec, fabric, [], sample_s=1.0)
+    asked = time.monotonic()
+    started = clock.mark_start(lead=runner.GO_LEAD_S)
+    assert started >= asked + 0.2 + runner.GO_LEAD_S and started > time.monotonic()
+    assert clock.sample_t == [0.0] and clock.uplink_samples[-1]["t"] == 0.0

@@ -36,3 +36,18 @@ def test_sample_is_repeatable_and_grows_with_n():
     assert len(large) >= 200 > len(small)
     leaves = {i.peer_node for h in spec.hosts for i in h.interfaces}
     assert len(_leaf_pairs(spec, small)) == len(list(itertools.combinations(leaves, 2))) + len(leaves)
+
+
+def test_leaf_pairs_share_one_port_per_leaf():
+    """Each leaf pair is probed through the leaves' stand-in ports where it can: a port that
+    sends from its host's stack costs its leaf port a 256 KiB page pool, and random ports
+    for each of a 16,384-GPU lab's 16,512 leaf pairs touched all 32,768 host ports."""
+    spec = build(generate("dual-plane", name="s", servers=32, rails=2, spines=4, leaf_ports=16))
+    ports = probe_ports(spec)
+    sampled = sample_pairs(spec, ports, 1)
+    leaves = {i.peer_node for h in spec.hosts for i in h.interfaces}
+    assert _leaf_pairs(spec, sampled) == _leaf_pairs(spec, probe_pairs(ports))
+    touched = {(p.host, p.port) for pair in sampled for p in pair}
+    # a stand-in per leaf, a partner on its own leaf, and a few where the stand-ins of two
+    # leaves are one host's ports
+    assert len(sampled) > 3 * len(leaves) and len(touched) <= 2.5 * len(leaves)

@@ -100,8 +100,9 @@ class CounterTables:
         g = self._groups.get(group_id)
         members = g.members if g else []
         out = []
+        base = self._member_ranges.base(group_id)
         for i, (ifindex, _) in enumerate(members):
-            per_cpu = self.maps.percpu("member_stats", group_id * self.max_members + i, abi.PktCount)
+            per_cpu = self.maps.percpu("member_stats", base + i, abi.PktCount)
             out.append({"ifindex": ifindex, "packets": sum(c.packets for c in per_cpu),
                         "bytes": sum(c.bytes for c in per_cpu)})
         return out
@@ -112,11 +113,13 @@ class CounterTables:
         if not gids:
             return {gid: [] for gid in group_ids}
         ncpus = self.maps.ncpus
-        stats = self.maps.array_values("member_stats", (max(gids) + 1) * self.max_members, abi.PktCount * ncpus)
+        bases = {gid: self._member_ranges.base(gid) for gid in gids}
+        end = max(bases[gid] + len(self._groups[gid].members) for gid in gids)
+        stats = self.maps.array_values("member_stats", end, abi.PktCount * ncpus)
         out: dict[int, list[dict]] = {gid: [] for gid in group_ids}
         for gid in gids:
             for i, (ifindex, _) in enumerate(self._groups[gid].members):
-                per_cpu = stats[gid * self.max_members + i]
+                per_cpu = stats[bases[gid] + i]
                 out[gid].append({"ifindex": ifindex, "packets": sum(c.packets for c in per_cpu),
                                  "bytes": sum(c.bytes for c in per_cpu)})
         return out

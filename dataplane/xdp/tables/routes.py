@@ -3,7 +3,8 @@ per prefix), `port_addrs` (ARP answered per port) and `local_addrs` (IPv4 to the
 itself). Every change bumps the switch's route_gen (SwitchDataplane._routes_changed), so
 the data path's route cache never serves a stale answer.
 
-Owns SwitchDataplane._routes, _wide_routes, _route_avoid and _local_refs."""
+Owns SwitchDataplane._routes, _wide_routes (and its index by prefix length, _wide_index),
+_route_avoid and _local_refs."""
 from __future__ import annotations
 
 import ctypes as ct
@@ -72,6 +73,9 @@ class RouteTables:
         self._routes[(switch_id, net)] = group_id
         if net.prefixlen < 32:
             self._wide_routes.setdefault(switch_id, {})[net] = group_id
+            self._wide_index.setdefault(switch_id, {}).setdefault(net.prefixlen, {})[
+                int(net.network_address)] = group_id
+            self.wide_routes_version += 1
         self._routes_changed(switch_id)
 
     def _named(self, switch_id: int, net: ipaddress.IPv4Network, group_id: int) -> ipaddress.IPv4Network:
@@ -121,7 +125,9 @@ class RouteTables:
         """Remove a route; returns False if there was none."""
         net = ipaddress.IPv4Network(prefix, strict=False)
         self._routes.pop((switch_id, net), None)
-        self._wide_routes.get(switch_id, {}).pop(net, None)
+        if self._wide_routes.get(switch_id, {}).pop(net, None) is not None:
+            self._wide_index[switch_id][net.prefixlen].pop(int(net.network_address), None)
+            self.wide_routes_version += 1
         self._route_avoid.pop((switch_id, net), None)
         found = self.maps.delete("routes", self._route_key(switch_id, net))
         self._routes_changed(switch_id)
@@ -132,6 +138,31 @@ class RouteTables:
         key = abi.RouteKey(prefixlen=64, switch_id_be=abi.u32_be(switch_id), dst=abi.ip_be(ip4(ip)))
         val = abi.RouteVal()
         return val.group_id if self.maps.lookup("routes", key, val) else None
+
+    def route_group(self, switch_id: int, prefix: str) -> int | None:
+        """The group of exactly this route (no longest-prefix match), None if there is none."""
+        return self._routes.get((switch_id, ipaddress.IPv4Network(prefix, strict=False)))
+
+    def covering_group(self, switch_id: int, prefix: str) -> int | None:
+        """The group every address of prefix takes by the switch's routes wider than a
+        host's: that of the longest such route covering all of prefix. None when there is
+        none, or when a narrower one (still wider than /32) lies inside prefix and splits
+        it. A dict lookup per prefix length the switch uses (a few), not a scan of its
+        routes: the agent asks this for every (switch, segment) of a 16,384-GPU lab."""
+        net = ipaddress.IPv4Network(prefix, strict=False)
+        addr, plen = int(net.network_address), net.prefixlen
+        best_len, best = -1, None
+        for length, nets in self._wide_index.get(switch_id, {}).items():
+            if not nets:
+                continue
+            if length > plen:      # a narrower route: does one lie inside prefix?
+                if any(other >> (32 - plen) == addr >> (32 - plen) for other in nets):
+                    return None
+            elif length > best_len:
+                gid = nets.get(addr >> (32 - length) << (32 - length))
+                if gid is not None:
+                    best_len, best = length, gid
+        return best
 
     def routes(self, switch_id: int) -> dict[str, int]:
         return {str(net): gid for (sw, net), gid in self._routes.items() if sw == switch_id}
