@@ -97,8 +97,7 @@ def _summary(rows: list[dict]) -> list[dict]:
         reactions = [r["reaction_ms"] for r in mine if r["reaction_ms"] is not None]
         lost = [r["lost_per_flow_max"] for r in mine]
         row = {"busy": busy, "arn_path": path, "mode": mode, "runs": len(mine),
-               "reaction_p50_ms": statistics.median(reactions) if reactions else None,
-               "reaction_max_ms": max(reactions) if reactions else None,
+               **_p50_max("reaction", reactions),
                "reaction_missing": len(mine) - len(reactions),
                "excluded_max_ms": max((r["excluded_ms"] for r in mine if r["excluded_ms"] is not None), default=None),
                **_p50_max("cut_to_avoided", [r["cut_to_avoided_ms"] for r in mine if r["cut_to_avoided_ms"] is not None]),
