@@ -22,6 +22,8 @@
                               * (the NIC has them; no Python receiver needs them) */
 #define NIC_F_OPEN_LOOP  2   /* RESPOND as an open-loop receiver (receiver.Responder): an ACK
                               * only for an ack-request, with that packet's PSN; no NAK */
+#define NIC_F_SELECTIVE  4   /* RESPOND with selective repeat: out-of-order packets are kept,
+                              * ACKs are cumulative, a hole open nak_delay gets its own NAK */
 
 struct nic_cfg {
     __u32 mode;
@@ -35,6 +37,7 @@ struct nic_cfg {
     /* delivered bytes over time (nic_rx_bins): bin i holds [origin + i*bin_ns, + bin_ns) */
     __u64 bin_origin_ns;     /* CLOCK_MONOTONIC; 0: no bins */
     __u64 bin_ns;
+    __u64 nak_delay_ns;      /* wall ns: selective repeat NAKs a hole open this long */
 };
 
 #ifndef NIC_RX_BINS
@@ -71,7 +74,9 @@ struct nic_msg_event {
 #define NIC_C_NO_TABLE   13   /* RESPOND without the ICRC table loaded: booked, not answered */
 #define NIC_C_EVENT_LOST 14   /* a message completion the ring buffer had no room for */
 #define NIC_C_BIN_OUT    15   /* delivered bytes outside the bins (before origin, past the last) */
-#define NIC_C_MAX        16
+#define NIC_C_FEEDBACK   16   /* ACK, NAK or CNP for one of our requesters: booked in nic_reqs, dropped */
+#define NIC_C_FB_UNKNOWN 17   /* ACK, NAK or CNP for a QP that is not ours: passed */
+#define NIC_C_MAX        18
 
 #define NIC_REORDER_SLOTS 32   /* reorder_hist[min(distance, 31)] */
 #define NIC_LOG_SLOTS    128   /* lat_hist / msg_hist: see nic_log_slot() */
@@ -142,7 +147,35 @@ struct nic_qp {
     __u64 msg_hist[NIC_LOG_SLOTS];
     __u64 max_gap_ns;        /* longest pause between two deliveries */
     __u64 last_send_ns;      /* the latest send stamp among the packets that arrived */
+    /* selective repeat: per PSN slot (psn % NIC_SEEN_BITS) of an open hole, when it was
+     * first seen and when it was last NAKed (0: never) */
+    __u64 hole_ns[NIC_SEEN_BITS];
+    __u64 naked_ns[NIC_SEEN_BITS];
+    __u32 nak_cursor;        /* the next hole to NAK is the oldest at or after this PSN */
+    __u32 _pad2;
 };
+
+/* The requester side: what came back for the QPs this NIC sends on. nic_req_slots maps
+ * (our address, our QP) to a slot of nic_reqs, a memory-mappable array the send engine
+ * reads without a system call. Written only by the program (one writer per port: veth
+ * runs a port's receive in one NAPI context at a time); the engine only reads. */
+#ifndef NIC_MAX_REQS
+#define NIC_MAX_REQS 1024
+#endif
+#define NIC_NAK_RING 16          /* the latest NAKs' PSNs, nak_psn[n % NIC_NAK_RING] */
+
+#define NIC_REQ_ACKED    1       /* ack_psn is valid */
+
+struct nic_req {
+    __u64 acks;              /* ACKs booked (the count changes after ack_psn is written) */
+    __u64 naks;              /* NAKs booked; NAK n's PSN is nak_psn[n % NIC_NAK_RING] */
+    __u64 cnps;              /* CNPs booked */
+    __u64 becns;             /* ACKs that carried BECN */
+    __u32 ack_psn;           /* the newest cumulative ACK's PSN (24-bit serial order) */
+    __u32 flags;
+    __u32 nak_psn[NIC_NAK_RING];
+    __u32 _pad[6];
+};                           /* 128 bytes */
 
 /* CRC-32 (reflected 0xEDB88320) lookup table, written by Python: no .rodata in bcc. */
 struct nic_crc_table {

@@ -27,6 +27,7 @@
 #include "roce.h"
 #include "icrc.h"
 #include "stats.h"
+#include "selective.h"
 
 BPF_ARRAY(nic_cfg, struct nic_cfg, 1);
 BPF_ARRAY(nic_crc, struct nic_crc_table, 1);
@@ -40,6 +41,9 @@ struct nic_qp_blank {
     __u8 b[sizeof(struct nic_qp)];
 };
 BPF_ARRAY(nic_qp_zero, struct nic_qp_blank, 1);
+/* the requester side (nic.h): our QPs' slots, and what came back for them */
+BPF_HASH(nic_req_slots, struct nic_qp_key, __u32, NIC_MAX_REQS);
+BPF_F_TABLE("array", __u32, struct nic_req, nic_reqs, NIC_MAX_REQS, BPF_F_MMAPABLE);
 
 #define NIC_SEND_NONE 0
 #define NIC_SEND_ACK  1
@@ -70,6 +74,43 @@ static __always_inline void nic_book_bin(const struct nic_cfg *cfg, __u64 now, _
     b = nic_rx_bins.lookup(&idx);
     if (b)
         *b += len;
+}
+
+/* An ACK, NAK or CNP for one of our requesters, booked for the send engine, which reads
+ * nic_reqs. Returns 0 when the QP is not one of ours. */
+static __always_inline int nic_book_feedback(const struct nic_fb *fb)
+{
+    struct nic_qp_key key = {.daddr = fb->daddr, .dqpn = fb->dqpn};
+    struct nic_req *r;
+    __u32 *slot, n;
+
+    slot = nic_req_slots.lookup(&key);
+    if (!slot)
+        return 0;
+    r = nic_reqs.lookup(slot);
+    if (!r)
+        return 0;
+    if (fb->opcode == OP_CNP) {
+        __sync_fetch_and_add(&r->cnps, 1);
+        return 1;
+    }
+    if ((fb->syndrome >> 5) == 3) {
+        /* NAK (syndrome 011x xxxx): its PSN first, then the count the engine watches */
+        n = (__u32)r->naks;
+        r->nak_psn[n & (NIC_NAK_RING - 1)] = fb->psn;
+        __sync_fetch_and_add(&r->naks, 1);
+        return 1;
+    }
+    if ((fb->syndrome >> 5) != 0)
+        return 1;               /* RNR NAK or reserved: railab's responders send neither */
+    if (!(r->flags & NIC_REQ_ACKED) || nic_psn_diff(fb->psn, r->ack_psn) > 0) {
+        r->ack_psn = fb->psn;
+        r->flags |= NIC_REQ_ACKED;
+    }
+    if (fb->becn)
+        __sync_fetch_and_add(&r->becns, 1);
+    __sync_fetch_and_add(&r->acks, 1);
+    return 1;
 }
 
 static __always_inline int nic_pass(void)
@@ -164,7 +205,9 @@ int xdp_nic_responder(struct xdp_md *ctx)
     __u32 zero = 0, lat_slot, msg_slot, send = NIC_SEND_NONE, resp_psn = 0, resp_msn = 0;
     __u64 now, lat, msg_ns;
     __s32 d;
-    int why, respond, open_loop, unique, msg_done = 0, becn = 0, cnp_due, r;
+    int why, respond, open_loop, selective, go_back_n, unique, book_msg, msg_done = 0, becn = 0,
+        cnp_due, r;
+    __u32 prev_high, nak_psn = 0;
     struct nic_msg_event ev;
 
     cfg = nic_cfg.lookup(&zero);
@@ -172,12 +215,25 @@ int xdp_nic_responder(struct xdp_md *ctx)
         return XDP_PASS;
     nic_count(NIC_C_RX);
     why = nic_parse(data, data_end, &rx);
+    if (why == NIC_C_NOT_DATA) {
+        struct nic_fb fb = {};
+
+        if (nic_parse_feedback(data, data_end, &fb)) {
+            if (nic_book_feedback(&fb)) {
+                nic_count(NIC_C_FEEDBACK);
+                nic_count(NIC_C_DROP);
+                return XDP_DROP;
+            }
+            nic_count(NIC_C_FB_UNKNOWN);
+        }
+    }
     if (why) {
         nic_count(why);
         return nic_pass();
     }
     respond = cfg->mode == NIC_MODE_RESPOND;
     open_loop = cfg->flags & NIC_F_OPEN_LOOP;
+    selective = !open_loop && (cfg->flags & NIC_F_SELECTIVE);
     t = nic_crc.lookup(&zero);
     if (respond && (!t || t->t[1] == 0)) {
         /* no table, no ICRC: book the frame, answer nothing */
@@ -223,7 +279,12 @@ int xdp_nic_responder(struct xdp_md *ctx)
     q->flow_id = rx.flow_id;
     q->sport = rx.sport;
 
+    /* go-back-N keeps only the expected packet: a message completes when its packets
+     * are accepted, not when a discarded one first arrived */
+    go_back_n = respond && !open_loop && !selective;
+    prev_high = q->highest;
     unique = nic_book_psn(q, rx.psn);
+    book_msg = go_back_n ? nic_psn_diff(rx.psn, q->epsn) == 0 : unique;
     if (unique) {
         q->packets++;
         q->bytes += rx.frame_len;
@@ -248,13 +309,13 @@ int xdp_nic_responder(struct xdp_md *ctx)
         } else {
             q->lat_bad++;
         }
-        if (nic_book_msg(q, rx.msg_id, rx.msg_pkts)) {
-            msg_done = 1;
-            q->messages++;
-            q->msg_sum += msg_ns;
-            msg_slot = nic_log_slot(msg_ns);
-            q->msg_hist[msg_slot & (NIC_LOG_SLOTS - 1)]++;
-        }
+    }
+    if (book_msg && nic_book_msg(q, rx.msg_id, rx.msg_pkts)) {
+        msg_done = 1;
+        q->messages++;
+        q->msg_sum += msg_ns;
+        msg_slot = nic_log_slot(msg_ns);
+        q->msg_hist[msg_slot & (NIC_LOG_SLOTS - 1)]++;
     }
 
     if (respond) {
@@ -265,6 +326,21 @@ int xdp_nic_responder(struct xdp_md *ctx)
                 q->msn = (q->msn + 1) & PSN_MASK;
             if (rx.ackreq)
                 send = NIC_SEND_ACK;
+        } else if (selective) {
+            nic_sr_new_holes(q, prev_high, now);
+            if (d == 0) {
+                q->unacked += nic_sr_advance(q);
+                if (rx.ackreq || (cfg->ack_every && q->unacked >= cfg->ack_every) ||
+                    (cfg->ack_delay_ns && (q->flags & NIC_QP_ACK_SENT) &&
+                     now - q->last_ack_ns >= cfg->ack_delay_ns))
+                    send = NIC_SEND_ACK;
+            } else if (d < 0) {
+                send = NIC_SEND_ACK;
+            }
+            /* messages whose every packet arrived: the MSN of a buffering responder */
+            q->msn = q->messages & PSN_MASK;
+            if (send == NIC_SEND_NONE && nic_sr_nak_due(q, now, cfg->nak_delay_ns, &nak_psn))
+                send = NIC_SEND_NAK;
         } else if (d == 0) {
             q->epsn = (q->epsn + 1) & PSN_MASK;
             q->unacked++;
@@ -307,7 +383,7 @@ int xdp_nic_responder(struct xdp_md *ctx)
         } else if (send == NIC_SEND_NAK) {
             q->naks++;
         }
-        resp_psn = send == NIC_SEND_NAK ? q->epsn : q->epsn - 1;
+        resp_psn = send == NIC_SEND_NAK ? (selective ? nak_psn : q->epsn) : q->epsn - 1;
         if (open_loop)
             resp_psn = rx.psn;
         resp_msn = q->msn;

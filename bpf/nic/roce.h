@@ -182,6 +182,45 @@ static __always_inline int nic_parse(void *data, void *data_end, struct nic_rx *
     return 0;
 }
 
+/* What the program keeps of an ACK, NAK or CNP addressed to one of our requesters. */
+struct nic_fb {
+    __u32 daddr;             /* our address, network order */
+    __u32 dqpn;              /* our QP */
+    __u32 psn;
+    __u8  opcode;            /* OP_ACK or OP_CNP */
+    __u8  syndrome;          /* AETH syndrome of an ACK/NAK */
+    __u8  becn;
+    __u8  _pad;
+};
+
+/* A frame nic_parse called NIC_C_NOT_DATA: 1 when it is an ACK/NAK (with its AETH) or a
+ * CNP, as roce.build_ack / build_cnp make them; 0 otherwise. */
+static __always_inline int nic_parse_feedback(void *data, void *data_end, struct nic_fb *fb)
+{
+    struct ethhdr *eth = data;
+    struct iphdr *ip = (void *)(eth + 1);
+    struct udphdr *udp = (void *)(ip + 1);
+    struct nic_bth *bth = (void *)(udp + 1);
+    __be32 *aeth = (void *)(bth + 1);
+
+    /* nic_parse has checked Ethernet, IPv4 without options, UDP to 4791 and the BTH */
+    if ((void *)(bth + 1) > data_end)
+        return 0;
+    if (bth->opcode == OP_ACK) {
+        if ((void *)(aeth + 1) > data_end)
+            return 0;
+        fb->syndrome = nic_ntohl(*aeth) >> 24;
+    } else if (bth->opcode != OP_CNP) {
+        return 0;
+    }
+    fb->opcode = bth->opcode;
+    fb->daddr = ip->daddr;
+    fb->dqpn = ((__u32)bth->dqpn[0] << 16) | ((__u32)bth->dqpn[1] << 8) | bth->dqpn[2];
+    fb->psn = nic_ntohl(bth->apsn) & PSN_MASK;
+    fb->becn = !!(bth->resv8a & BTH_BECN);
+    return 1;
+}
+
 static __always_inline __u16 nic_ip_csum(const struct iphdr *ip)
 {
     const __u16 *w = (const __u16 *)ip;

@@ -33,11 +33,15 @@ PASS_PROG_NAME = "xdp_nic_pass"
 
 # mirrors of bpf/nic/nic.h
 MODES = {"off": 0, "count": 1, "respond": 2}
-F_CONSUME, F_OPEN_LOOP = 1, 2
+F_CONSUME, F_OPEN_LOOP, F_SELECTIVE = 1, 2, 4
 COUNTERS = ("rx", "not_roce", "not_data", "no_railab", "data", "qp_full", "acks", "naks",
             "cnps", "cnp_deferred", "pass", "drop", "tx_fail", "no_table", "event_lost",
-            "bin_out")
-C_MAX = 16
+            "bin_out", "feedback", "feedback_unknown")
+C_MAX = 18
+SEEN_BITS = 128
+MAX_REQS = 1024
+NAK_RING = 16
+REQ_ACKED = 1
 REORDER_SLOTS = 32
 LOG_SLOTS = 128
 MSG_SLOTS = 8
@@ -53,7 +57,15 @@ class NicCfg(ct.Structure):
     _fields_ = [("mode", ct.c_uint32), ("flags", ct.c_uint32), ("ack_every", ct.c_uint32),
                 ("reply_sport", ct.c_uint16), ("ack_dscp", ct.c_uint8), ("cnp_dscp", ct.c_uint8),
                 ("ack_delay_ns", ct.c_uint64), ("cnp_interval_ns", ct.c_uint64),
-                ("bin_origin_ns", ct.c_uint64), ("bin_ns", ct.c_uint64)]
+                ("bin_origin_ns", ct.c_uint64), ("bin_ns", ct.c_uint64),
+                ("nak_delay_ns", ct.c_uint64)]
+
+
+class NicReq(ct.Structure):
+    """nic_reqs' value: what came back for one of our requester QPs (nic.h)."""
+    _fields_ = [("acks", ct.c_uint64), ("naks", ct.c_uint64), ("cnps", ct.c_uint64),
+                ("becns", ct.c_uint64), ("ack_psn", ct.c_uint32), ("flags", ct.c_uint32),
+                ("nak_psn", ct.c_uint32 * NAK_RING), ("_pad", ct.c_uint32 * 6)]
 
 
 class MsgEvent(ct.Structure):
@@ -85,7 +97,9 @@ class NicQp(ct.Structure):
                 + [(n, ct.c_uint64) for n in _QP_STATS]
                 + [("msg_slots", MsgSlot * MSG_SLOTS), ("reorder_hist", ct.c_uint64 * REORDER_SLOTS),
                    ("lat_hist", ct.c_uint64 * LOG_SLOTS), ("msg_hist", ct.c_uint64 * LOG_SLOTS),
-                   ("max_gap_ns", ct.c_uint64), ("last_send_ns", ct.c_uint64)])
+                   ("max_gap_ns", ct.c_uint64), ("last_send_ns", ct.c_uint64),
+                   ("hole_ns", ct.c_uint64 * SEEN_BITS), ("naked_ns", ct.c_uint64 * SEEN_BITS),
+                   ("nak_cursor", ct.c_uint32), ("_pad2", ct.c_uint32)])
 
 
 class CrcTable(ct.Structure):
@@ -131,6 +145,10 @@ def log_slot(value: int) -> int:
     return (e << 2) | ((value >> (e - 2)) & 3)
 
 
+def _qp_key(address: str, qpn: int) -> QpKey:
+    return QpKey(socket.htonl(int(ipaddress.IPv4Address(address))), qpn)
+
+
 def _ip(be: int) -> str:
     return str(ipaddress.IPv4Address(socket.ntohl(be)))
 
@@ -162,11 +180,13 @@ def qp_dict(key: QpKey, q: NicQp) -> dict:
 class NicResponder(Closing):
     """The responder object: load, configure, attach, read, close (module doc)."""
 
-    def __init__(self, *, max_qps: int = DEFAULT_MAX_QPS, **config):
+    def __init__(self, *, max_qps: int = DEFAULT_MAX_QPS, max_reqs: int = MAX_REQS, **config):
         if not 1 <= max_qps <= 1 << 20:
             raise ValueError("max_qps must be 1..2**20")
-        self.max_qps = max_qps
-        self.cflags = [f"-I{NIC_DIR}", f"-DNIC_MAX_QPS={max_qps}"]
+        if not 1 <= max_reqs <= 1 << 20:
+            raise ValueError("max_reqs must be 1..2**20")
+        self.max_qps, self.max_reqs = max_qps, max_reqs
+        self.cflags = [f"-I{NIC_DIR}", f"-DNIC_MAX_QPS={max_qps}", f"-DNIC_MAX_REQS={max_reqs}"]
         self._object = bpfcache.load(RESPONDER_C, self.cflags, {
             PROG_NAME: bpfcache.PROG_XDP, PASS_PROG_NAME: bpfcache.PROG_XDP})
         self._attached: list[tuple[str | None, int, int]] = []    # (netns, ifindex, prog fd)
@@ -191,12 +211,15 @@ class NicResponder(Closing):
                   cnp_interval_us: float = 0.0, scale: float | None = None, consume: bool = False,
                   open_loop: bool = False, reply_sport: int = ROCE_PORT, ack_dscp: int = ACK_DSCP,
                   cnp_dscp: int = CNP_DSCP, bin_origin_ns: int = 0,
-                  bin_ns: int = 1_000_000) -> NicCfg:
+                  bin_ns: int = 1_000_000, selective: bool = False,
+                  nak_delay_us: float = 0.0) -> NicCfg:
         """Write the whole configuration. Times are real-fabric microseconds at the lab's
         `scale` (None: wall time). mode: off (everything passes untouched), count
         (accounting only, everything passes), respond (accounting + ACK/NAK/CNP).
         open_loop: answer as the open-loop receiver does (an ACK per ack-request, no NAK);
-        else as a go-back-N responder. consume: drop the data frames after booking them.
+        else as a go-back-N responder, or with `selective` as a selective-repeat one (a
+        hole open nak_delay_us gets its own NAK). consume: drop the data frames after
+        booking them.
         bin_origin_ns: CLOCK_MONOTONIC start of the delivered-bytes bins (0: none), each
         bin_ns wall ns long."""
         if mode not in MODES:
@@ -207,17 +230,47 @@ class NicResponder(Closing):
             raise ValueError("a DSCP is 0..63")
         if not 0 < reply_sport < 65536:
             raise ValueError("reply_sport must be 1..65535")
-        if ack_delay_us < 0 or cnp_interval_us < 0 or bin_origin_ns < 0 or bin_ns <= 0:
+        if min(ack_delay_us, cnp_interval_us, nak_delay_us, bin_origin_ns) < 0 or bin_ns <= 0:
             raise ValueError("times must be >= 0 (bin_ns > 0)")
-        flags = (F_CONSUME if consume else 0) | (F_OPEN_LOOP if open_loop else 0)
+        if selective and open_loop:
+            raise ValueError("an open-loop responder does not repeat selectively")
+        flags = (F_CONSUME if consume else 0) | (F_OPEN_LOOP if open_loop else 0) | \
+            (F_SELECTIVE if selective else 0)
         cfg = NicCfg(mode=MODES[mode], flags=flags, ack_every=ack_every,
                      bin_origin_ns=bin_origin_ns, bin_ns=bin_ns,
                      reply_sport=reply_sport, ack_dscp=ack_dscp, cnp_dscp=cnp_dscp,
                      ack_delay_ns=timescale.wall_ns(ack_delay_us * 1000, scale),
-                     cnp_interval_ns=timescale.wall_ns(cnp_interval_us * 1000, scale))
+                     cnp_interval_ns=timescale.wall_ns(cnp_interval_us * 1000, scale),
+                     nak_delay_ns=timescale.wall_ns(nak_delay_us * 1000, scale))
         self.maps.update("nic_cfg", ct.c_uint32(0), cfg)
         self.config = cfg
         return cfg
+
+    # ------------------------------------------------------------ the requester side
+    def add_requester(self, address: str, qpn: int, slot: int) -> None:
+        """Book the ACKs, NAKs and CNPs that come back for our QP `qpn` at `address` in
+        nic_reqs[slot] (zeroed now), and drop them there."""
+        if not 0 <= slot < self.max_reqs:
+            raise ValueError(f"requester slot {slot}: this NIC has {self.max_reqs}")
+        self.maps.update("nic_reqs", ct.c_uint32(slot), NicReq())
+        self.maps.update("nic_req_slots", _qp_key(address, qpn), ct.c_uint32(slot))
+
+    def requester(self, slot: int) -> NicReq:
+        """nic_reqs[slot] as the program left it."""
+        r = NicReq()
+        self.maps.lookup("nic_reqs", ct.c_uint32(slot), r)
+        return r
+
+    @property
+    def requesters_fd(self) -> int:
+        """The fd of nic_reqs (memory-mappable, max_reqs x 128 bytes): the send engine's view."""
+        return self.maps.fds["nic_reqs"]
+
+    def _clear_requesters(self) -> None:
+        lib, fd = bpfio._lib(), self.maps.fds["nic_req_slots"]
+        key = QpKey()
+        while lib.bpf_get_next_key(fd, None, ct.byref(key)) == 0:
+            self.maps.delete("nic_req_slots", key)
 
     # ------------------------------------------------------------ attach / detach
     @staticmethod
@@ -281,7 +334,7 @@ class NicResponder(Closing):
             prev = key
 
     def qp(self, daddr: str, dqpn: int) -> dict | None:
-        key = QpKey(socket.htonl(int(ipaddress.IPv4Address(daddr))), dqpn)
+        key = _qp_key(daddr, dqpn)
         q = NicQp()
         return qp_dict(key, q) if self.maps.lookup("nic_qps", key, q) else None
 
@@ -315,6 +368,7 @@ class NicResponder(Closing):
         configuration stays)."""
         for key in self._keys():
             self.maps.delete("nic_qps", key)
+        self._clear_requesters()
         for i in range(C_MAX):
             self.maps.zero_percpu("nic_counters", i, ct.c_uint64)
         for i in self.rx_bins():
