@@ -33,6 +33,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, Sequence
 
@@ -45,13 +46,46 @@ CFLAGS = ("-O2", "-Wall", "-Wextra", "-std=gnu11")
 LIBS = ("-lz",)
 NAME = "railab-engine-"             # every engine process's name starts with it
 
-MAGIC, DUMP_MAGIC, VERSION = b"RLENGSCH", b"RLENGDMP", 1
-_HDR = struct.Struct("<8sIIIIQQQ")                       # 48 B
+MAGIC, DUMP_MAGIC, VERSION = b"RLENGSCH", b"RLENGDMP", 2
+_HDR = struct.Struct("<8sIIIIQQII")                      # 48 B
 _PORT = struct.Struct("<256s32s")                        # 288 B
 _FLOW = struct.Struct("<II6s6s4s4sHBBB3xIIIIdII")        # 68 B
 _MSG = struct.Struct("<IIQ")                             # 16 B
+_TRANSPORT = struct.Struct("<IIQIIdQQQIIdddQQ")          # 104 B, then a f64 line rate per port
+TRANSPORT_KINDS = {"go-back-n": 1, "selective-repeat": 2}
 _DUMP_REC = struct.Struct("<IIqqI")
 KINDS = {"send": 0, "write": 1}
+
+
+@dataclass(frozen=True)
+class Reliable:
+    """A closed-loop run's transport for the engine (closed.c), every time in wall ns.
+    line_bps: per port key (write_schedule's `ports`), the port's wall-clock line rate;
+    dcqcn: None, or g, alpha_period_ns, rate_period_ns, byte_counter, fast_recovery,
+    rai_fraction, rhai_fraction, min_rate_fraction."""
+    kind: str
+    window: int
+    rto_ns: int
+    line_bps: Mapping[str, float]
+    burst_packets: int = 4
+    dcqcn: Mapping[str, float] | None = None
+    limit_ns: int = 0
+    sample_ns: int = 0
+
+    def section(self, port_keys: Sequence[str]) -> bytes:
+        if self.kind not in TRANSPORT_KINDS:
+            raise ValueError(f"transport {self.kind!r}: {' or '.join(TRANSPORT_KINDS)}")
+        missing = [k for k in port_keys if k not in self.line_bps]
+        if missing:
+            raise ValueError(f"no line rate for ports {missing}")
+        d = self.dcqcn or {}
+        head = _TRANSPORT.pack(TRANSPORT_KINDS[self.kind], self.window, self.rto_ns, self.burst_packets,
+                               1 if self.dcqcn else 0, d.get("g", 0.0), int(d.get("alpha_period_ns", 0)),
+                               int(d.get("rate_period_ns", 0)), int(d.get("byte_counter", 0)),
+                               int(d.get("fast_recovery", 0)), 0, d.get("rai_fraction", 0.0),
+                               d.get("rhai_fraction", 0.0), d.get("min_rate_fraction", 0.0),
+                               self.limit_ns, self.sample_ns)
+        return head + b"".join(struct.pack("<d", float(self.line_bps[k])) for k in port_keys)
 
 
 class EngineError(RuntimeError):
@@ -74,7 +108,8 @@ def _mac(text: str) -> bytes:
 
 def write_schedule(path: str | os.PathLike, ports: Mapping[str, tuple[str | None, str]],
                    flows: Mapping[str, Sequence[tuple]], *, duration_s: float | None = None,
-                   burst: int = 8, burst_ns: int = 20_000_000, ecn: int = roce.ECN_ECT0) -> int:
+                   burst: int = 8, burst_ns: int = 20_000_000, ecn: int = roce.ECN_ECT0,
+                   reliable: Reliable | None = None) -> int:
     """Write the engine's schedule file; returns how many packets it holds.
 
     ports: port key (e.g. "h1:eth0") -> (netns, ifname); netns None or "" = the
@@ -82,7 +117,8 @@ def write_schedule(path: str | os.PathLike, ports: Mapping[str, tuple[str | None
     flows: port key -> [(Flow, src_mac, dst_mac) or (Flow, src_mac, dst_mac, psn0)]; psn0
     defaults to FlowFramer's. Each Flow's messages, rate_bps (Ethernet frame bits per
     wall-clock second, 0: unpaced; as send_flows takes it, the lab's scale already applied), mtu, opcode kind, DSCP, addresses and QPs go in as they are; every
-    frame has `ecn`. duration_s, burst, burst_ns: as send_flows'."""
+    frame has `ecn`. duration_s, burst, burst_ns: as send_flows'. reliable: a closed-loop
+    run (every flow a reliable QP whose feedback is nic_reqs slot = its index in the file)."""
     keys = list(ports)
     unknown = set(flows) - set(keys)
     if unknown:
@@ -100,15 +136,17 @@ def write_schedule(path: str | os.PathLike, ports: Mapping[str, tuple[str | None
                                    ipaddress.IPv4Address(f.dst_ip).packed, f.src_port,
                                    KINDS[f.opcode], f.dscp, ecn, f.dst_qp, f.src_qp,
                                    psn0 & roce.PSN_MASK, f.mtu, float(f.rate_bps),
-                                   len(f.messages), 0))
+                                   len(f.messages), nflows))
             body += [_MSG.pack(m.msg_id, m.size, m.start_ns) for m in f.messages]
             nflows += 1
             packets += f.total_packets
+    tail = reliable.section(keys) if reliable is not None else b""
     head = [_HDR.pack(MAGIC, VERSION, len(keys), nflows, burst, burst_ns,
-                      int(duration_s * 1e9) if duration_s else 0, 0)]
+                      int(duration_s * 1e9) if duration_s else 0, len(tail), 0)]
     for key in keys:
         netns, ifname = ports[key]
         head.append(_PORT.pack((netns or "").encode(), ifname.encode()))
+    body.append(tail)
     tmp = Path(f"{path}.tmp{os.getpid()}")
     tmp.write_bytes(b"".join(head + body))
     os.replace(tmp, path)
@@ -118,7 +156,7 @@ def write_schedule(path: str | os.PathLike, ports: Mapping[str, tuple[str | None
 def read_schedule(path: str | os.PathLike) -> dict:
     """A schedule file back as plain data (tests, debugging)."""
     data = Path(path).read_bytes()
-    magic, version, nports, nflows, burst, burst_ns, duration_ns, _ = _HDR.unpack_from(data)
+    magic, version, nports, nflows, burst, burst_ns, duration_ns, transport_len, _ = _HDR.unpack_from(data)
     if magic != MAGIC or version != VERSION:
         raise ValueError(f"{path}: not a version {VERSION} engine schedule")
     off = _HDR.size
@@ -130,7 +168,7 @@ def read_schedule(path: str | os.PathLike) -> dict:
     flows = []
     for _ in range(nflows):
         (port, flow_id, smac, dmac, sip, dip, sport, kind, dscp, ecn, dqp, sqp, psn0, mtu,
-         rate, nmsgs, _r) = _FLOW.unpack_from(data, off)
+         rate, nmsgs, fb_slot) = _FLOW.unpack_from(data, off)
         off += _FLOW.size
         msgs = [_MSG.unpack_from(data, off + i * _MSG.size) for i in range(nmsgs)]
         off += nmsgs * _MSG.size
@@ -139,11 +177,19 @@ def read_schedule(path: str | os.PathLike) -> dict:
                       "dst_ip": str(ipaddress.IPv4Address(dip)), "src_port": sport,
                       "opcode": {v: k for k, v in KINDS.items()}[kind], "dscp": dscp, "ecn": ecn,
                       "dst_qp": dqp, "src_qp": sqp, "psn0": psn0, "mtu": mtu, "rate_bps": rate,
-                      "messages": msgs})
+                      "messages": msgs, "fb_slot": fb_slot})
+    transport = None
+    if transport_len:
+        fields = _TRANSPORT.unpack_from(data, off)
+        lines = struct.unpack_from(f"<{nports}d", data, off + _TRANSPORT.size)
+        transport = {"kind": {v: k for k, v in TRANSPORT_KINDS.items()}[fields[0]], "window": fields[1],
+                     "rto_ns": fields[2], "burst_packets": fields[3], "dcqcn": bool(fields[4]),
+                     "limit_ns": fields[14], "sample_ns": fields[15], "line_bps": list(lines)}
+        off += transport_len
     if off != len(data):
         raise ValueError(f"{path}: {len(data) - off} bytes after the last flow")
     return {"version": version, "ports": ports, "flows": flows, "burst": burst,
-            "burst_ns": burst_ns, "duration_ns": duration_ns}
+            "burst_ns": burst_ns, "duration_ns": duration_ns, "transport": transport}
 
 
 def read_dump(path: str | os.PathLike) -> list[tuple[int, int, int, int, bytes]]:
@@ -219,8 +265,12 @@ class SendEngine:
 
     def __init__(self, schedule_path: str | os.PathLike, *, fifo: bool = True,
                  cpu: int | None = None, spin_ns: int | None = None, batch: int | None = None,
-                 ready_timeout: float = 30.0):
+                 ready_timeout: float = 30.0, feedback: tuple[int, int] | None = None):
+        """feedback: (fd, slots) of the NIC's nic_reqs for a closed-loop schedule
+        (NicResponder.requesters_fd, max_reqs); the engine inherits the fd."""
         argv = [str(engine_binary()), str(schedule_path)]
+        if feedback is not None:
+            argv += ["--feedback-fd", str(feedback[0]), "--feedback-slots", str(feedback[1])]
         if not fifo:
             argv.append("--no-fifo")
         for flag, value in (("--cpu", cpu), ("--spin-ns", spin_ns), ("--batch", batch)):
@@ -229,7 +279,7 @@ class SendEngine:
         self._stderr = tempfile.TemporaryFile()
         self._buf = b""
         self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=self._stderr)
+                                     stderr=self._stderr, pass_fds=(feedback[0],) if feedback else ())
         try:
             line = self._readline(ready_timeout)
             if line != "ready":

@@ -19,16 +19,24 @@
  * --dump FILE [--start NS]: no sockets, no waiting: a virtual clock that jumps to each due
  * time; every frame is written to FILE (records below) for the tests to compare with Python.
  *
- * Schedule file (little-endian), version 1:
+ * Closed loop (closed.c): a schedule with a transport section makes every flow a reliable
+ * QP (go-back-N or selective repeat, with DCQCN if asked); the XDP NIC on the host ports
+ * books the ACKs, NAKs and CNPs in nic_reqs, which the engine maps (--feedback-fd, an
+ * inherited fd of the map, --feedback-slots its entries) and reads without system calls.
+ *
+ * Schedule file (little-endian), version 2:
  *   header  48 B: "RLENGSCH", u32 version, u32 nports, u32 nflows, u32 burst,
- *                 u64 burst_ns, u64 duration_ns (0: none), u64 reserved
+ *                 u64 burst_ns, u64 duration_ns (0: none), u32 transport_len (0: open
+ *                 loop), u32 reserved
  *   port   288 B: char netns[256] (""=this namespace, "/..."=a path, else /var/run/netns/NAME),
  *                 char ifname[32]
  *   flow    68 B: u32 port, u32 flow_id, u8 src_mac[6], u8 dst_mac[6], u8 src_ip[4],
  *                 u8 dst_ip[4] (network order), u16 sport, u8 kind (0 send, 1 write),
  *                 u8 dscp, u8 ecn, u8 pad[3], u32 dst_qp, u32 src_qp, u32 psn0, u32 mtu,
- *                 f64 rate_bps (Ethernet frame bits/s; 0: unpaced), u32 nmsgs, u32 reserved,
+ *                 f64 rate_bps (Ethernet frame bits/s; 0: unpaced), u32 nmsgs, u32 fb_slot
+ *                 (closed loop: its nic_reqs slot),
  *           then nmsgs x 16 B: u32 msg_id, u32 size, u64 start_ns (offset from the start)
+ *   transport (transport_len bytes, closed.c's load_transport)
  * Dump file: "RLENGDMP", u32 version 1, u32 0, then per frame: u32 port, u32 flow index,
  *            i64 due_ns, i64 ts_ns, u32 length, frame bytes.
  */
@@ -54,109 +62,23 @@
 #include <unistd.h>
 #include <zlib.h>
 
-#define SCHED_MAGIC "RLENGSCH"
-#define DUMP_MAGIC "RLENGDMP"
-#define SCHED_VERSION 1
-#define HDR_LEN 48
-#define PORT_LEN 288
-#define FLOW_LEN 68
-#define MSG_LEN 16
+#include "engine.h"
 
-#define ETH_HLEN_ 14
-#define IP_HLEN 20
-#define UDP_HLEN 8
-#define BTH_LEN 12
-#define RETH_LEN 16
-#define RAILAB_HLEN 48
-#define ICRC_LEN 4
-#define ROCE_PORT 4791
-#define PSN_MASK 0xFFFFFFu
-#define MTU_MIN (2 * RAILAB_HLEN)
-#define MTU_MAX 9000
-#define FILLER 0x5A
-#define PACKET_QDISC_BYPASS_ 20
+const char *prog = "railab-engine";
+volatile sig_atomic_t stop_flag;
 
-#define BATCH_MAX 64
-/* Waits longer than the spin window sleep (clock_nanosleep, 1 ns timer slack) until the
- * window's start, then spin. The window is 20 us under SCHED_FIFO too: with a 2 us window
- * a FIFO engine pacing 100 k packets/s slept between every two packets and once per run
- * fell 25-29 ms behind (p99 lateness 11.5 ms, against 46 us with 20 us; Intel Xeon, 2 CPUs,
- * kernel 6.18). The breathing below is what leaves the CPU to others. */
-#define SPIN_FIFO_NS 20000
-#define SPIN_OTHER_NS 20000
-/* A wait longer than LONG_WAIT_NS sleeps until WAKE_EARLY_NS before the due time, then spins. */
-#define LONG_WAIT_NS 50000
-#define WAKE_EARLY_NS 25000
-/* A FIFO engine leaves its CPU to normal tasks for at least BREATHE_NS of every
- * BREATHE_PERIOD_NS (7.5 %), in short naps (a packet due in one is at most that late). The
- * kernel guarantees normal tasks 5 % of a CPU (its fair server: 50 ms a second); a
- * spinning engine that left them less was preempted for up to 50 ms at once (measured: a
- * 53 ms gap with `yes` on its CPU and 20 us naps every 2 ms; none over 0.6 ms with 6-10 %
- * in naps of 50-200 us). */
-#define BREATHE_PERIOD_NS 200000
-#define BREATHE_NS 15000
-#define RETRY_TRIES 50
-#define RETRY_SLEEP_NS 20000
-
-/* lateness histogram: 0-63 ns exact, then 32 steps per power of two (3 %) */
-#define HIST_SUB 32
-#define HIST_SLOTS (64 + HIST_SUB * 58)
-
-struct msg {
-    uint32_t msg_id, size;
-    uint64_t start_ns;
-};
-
-/* CRC-32 of a frame's constant tail (filler + pad) for one payload length, and zlib's
- * operator to append it: the per-packet CRC then runs over the variable bytes only */
-struct tail_crc {
-    uint32_t plen;
-    uLong crc, op;
-};
-#define TAIL_CACHE 4
-
-struct flow {
-    uint32_t port, flow_id;
-    uint8_t smac[6], dmac[6], sip[4], dip[4];
-    uint16_t sport;
-    uint8_t kind, dscp, ecn;
-    uint32_t dqp, sqp, psn0, mtu;
-    double rate;
-    uint32_t nmsgs;
-    struct msg *msgs;
-    /* state */
-    uint32_t mi, pi, npk, seq;
-    int64_t due, msg_start;
-    uint64_t sent;
-    struct tail_crc tails[TAIL_CACHE];
-    uint32_t tail_next;
-};
-
-struct port {
-    char netns[256], ifname[32];
-    int fd;
-    size_t slot;                 /* bytes per frame buffer */
-    uint8_t *bufs;
-    struct mmsghdr msgs[BATCH_MAX];
-    struct iovec iov[BATCH_MAX];
-    uint32_t flow_of[BATCH_MAX];
-    int n;
-};
-
-static const char *prog = "railab-engine";
-static volatile sig_atomic_t stop_flag;
-
-static struct port *ports;
-static struct flow *flows;
-static uint32_t nports, nflows, burst;
-static uint64_t burst_ns, duration_ns;
+struct port *ports;
+struct flow *flows;
+uint32_t nports, nflows, burst;
+uint64_t burst_ns, duration_ns;
 
 static uint64_t hist[HIST_SLOTS];
 static uint64_t late_count, late_max;
-static uint64_t n_packets, n_bytes, n_errors, n_batches, n_syscalls, n_retries, n_sleeps;
+uint64_t n_packets, n_bytes, n_errors, n_batches;
+static uint64_t n_syscalls, n_retries, n_sleeps;
 static int last_errno;
 
-static void die(const char *fmt, ...)
+void die(const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
@@ -197,8 +119,8 @@ static const uint8_t *take(struct reader *r, size_t n, const char *what)
     return p;
 }
 
-static uint32_t le32(const uint8_t *p) { uint32_t v; memcpy(&v, p, 4); return v; }
-static uint64_t le64(const uint8_t *p) { uint64_t v; memcpy(&v, p, 8); return v; }
+uint32_t le32(const uint8_t *p) { uint32_t v; memcpy(&v, p, 4); return v; }
+uint64_t le64(const uint8_t *p) { uint64_t v; memcpy(&v, p, 8); return v; }
 static uint16_t le16(const uint8_t *p) { uint16_t v; memcpy(&v, p, 2); return v; }
 
 static void load_schedule(const char *path)
@@ -232,6 +154,7 @@ static void load_schedule(const char *path)
     burst = le32(h + 20);
     burst_ns = le64(h + 24);
     duration_ns = le64(h + 32);
+    uint32_t transport_len = le32(h + 40);
     if (nports > 4096 || nflows > (1u << 24))
         die("%s: %u ports, %u flows: too many", path, nports, nflows);
     ports = calloc(nports ? nports : 1, sizeof *ports);
@@ -267,6 +190,7 @@ static void load_schedule(const char *path)
         f->mtu = le32(p + 48);
         memcpy(&f->rate, p + 52, 8);
         f->nmsgs = le32(p + 60);
+        f->fb_slot = le32(p + 64);
         if (f->port >= nports)
             die("%s: flow %u: port %u of %u", path, f->flow_id, f->port, nports);
         if (f->kind > 1)
@@ -295,6 +219,8 @@ static void load_schedule(const char *path)
         if (slot > ports[f->port].slot)
             ports[f->port].slot = slot;
     }
+    if (transport_len)
+        load_transport(take(&r, transport_len, "transport"), transport_len, path);
     if (r.off != r.len)
         die("%s: %zu bytes after the last flow", path, r.len - r.off);
     free(buf);
@@ -303,7 +229,7 @@ static void load_schedule(const char *path)
 /* ---------------------------------------------------------------- segmentation */
 
 /* packets of a message: roce.segment_message */
-static uint32_t msg_packets(uint32_t size, uint32_t mtu)
+uint32_t msg_packets(uint32_t size, uint32_t mtu)
 {
     uint64_t s = size < RAILAB_HLEN ? RAILAB_HLEN : size;
     return (uint32_t)((s + mtu - 1) / mtu);
@@ -360,7 +286,7 @@ static const struct tail_crc *tail_crc(struct flow *f, uint32_t plen, const uint
     return c;
 }
 
-static size_t build_frame(struct flow *f, uint8_t *b, int64_t ts, int64_t msg_start)
+size_t build_frame(struct flow *f, uint8_t *b, int64_t ts, int64_t msg_start)
 {
     const struct msg *m = &f->msgs[f->mi];
     uint32_t plen = chunk_len(m->size, f->mtu, f->pi, f->npk);
@@ -444,15 +370,18 @@ static size_t build_frame(struct flow *f, uint8_t *b, int64_t ts, int64_t msg_st
 
 /* ---------------------------------------------------------------- heap of (due, flow index) */
 
-static uint32_t *heap;
-static uint32_t heap_n;
+uint32_t *heap;
+uint32_t heap_n;
 
 static inline int before(uint32_t a, uint32_t b)
 {
-    return flows[a].due < flows[b].due || (flows[a].due == flows[b].due && a < b);
+    /* ties: the QP served longest ago (closed loop's round-robin; 0 in open loop), then the index */
+    if (flows[a].due != flows[b].due)
+        return flows[a].due < flows[b].due;
+    return flows[a].served < flows[b].served || (flows[a].served == flows[b].served && a < b);
 }
 
-static void heap_down(uint32_t i)
+void heap_down(uint32_t i)
 {
     for (;;) {
         uint32_t l = 2 * i + 1, r = l + 1, m = i;
@@ -464,7 +393,7 @@ static void heap_down(uint32_t i)
     }
 }
 
-static void heap_up(uint32_t i)
+void heap_up(uint32_t i)
 {
     while (i > 0) {
         uint32_t p = (i - 1) / 2;
@@ -510,6 +439,14 @@ static uint64_t hist_pct(double q)
         }
     }
     return late_max;
+}
+
+void note_lateness(uint64_t late)
+{
+    hist[hist_slot(late)]++;
+    late_count++;
+    if (late > late_max)
+        late_max = late;
 }
 
 /* ---------------------------------------------------------------- sockets */
@@ -579,7 +516,7 @@ static void alloc_batches(void)
 
 /* ---------------------------------------------------------------- the loop */
 
-static int dumping;
+int dumping;
 static FILE *dump_fp;
 static int64_t vclock;                    /* the virtual clock of --dump */
 static int64_t spin_ns = -1;              /* default: SPIN_FIFO_NS or SPIN_OTHER_NS */
@@ -587,11 +524,11 @@ static int fifo;
 static int64_t period_start_ns;           /* this breathing period began */
 static int64_t slept_ns;                  /* off the CPU since then, by choice */
 static uint64_t n_breathers;
-static int batch_max = 32;
+int batch_max = 32;
 
-static inline int64_t now_ns(void) { return dumping ? vclock : mono_ns(); }
+int64_t now_ns(void) { return dumping ? vclock : mono_ns(); }
 
-static int64_t wait_until(int64_t t)
+int64_t wait_until(int64_t t)
 {
     if (dumping) {
         if (vclock < t)
@@ -618,7 +555,23 @@ static int64_t wait_until(int64_t t)
     }
 }
 
-static void flush_port(struct port *p)
+/* A FIFO engine's nap (BREATHE_*), when this period has had too little; returns the time. */
+int64_t breathe(int64_t now)
+{
+    if (fifo && !dumping && now - period_start_ns > BREATHE_PERIOD_NS) {
+        if (slept_ns < BREATHE_NS) {
+            struct timespec ts = {0, BREATHE_NS - slept_ns};
+            nanosleep(&ts, NULL);
+            n_breathers++;
+            now = mono_ns();
+        }
+        period_start_ns = now;
+        slept_ns = 0;
+    }
+    return now;
+}
+
+void flush_port(struct port *p)
 {
     int done = 0, fails = 0;
     if (dumping) {
@@ -666,10 +619,7 @@ static void emit(uint32_t fi, int64_t now, int64_t start)
     p->flow_of[k] = fi;
     int64_t due = f->due;
     uint64_t late = now > due ? (uint64_t)(now - due) : 0;
-    hist[hist_slot(late)]++;
-    late_count++;
-    if (late > late_max)
-        late_max = late;
+    note_lateness(late);
     if (dumping) {
         uint32_t hdr[2] = {f->port, fi};
         int64_t t[2] = {due, now};
@@ -726,16 +676,7 @@ static int64_t run(int64_t start)
             now = wait_until(due);
         if ((end && now >= end) || stop_flag)
             break;
-        if (fifo && !dumping && now - period_start_ns > BREATHE_PERIOD_NS) {
-            if (slept_ns < BREATHE_NS) {
-                struct timespec ts = {0, BREATHE_NS - slept_ns};
-                nanosleep(&ts, NULL);
-                n_breathers++;
-                now = mono_ns();
-            }
-            period_start_ns = now;
-            slept_ns = 0;
-        }
+        now = breathe(now);
         int total = 0;
         while (heap_n && flows[heap[0]].due <= now && total < batch_max) {
             struct port *p = &ports[flows[heap[0]].port];
@@ -757,7 +698,7 @@ static int64_t run(int64_t start)
 static void usage(void)
 {
     fprintf(stderr, "usage: %s SCHEDULE [--dump FILE [--start NS]] [--no-fifo] [--cpu N] "
-                    "[--spin-ns NS] [--batch N]\n", prog);
+                    "[--spin-ns NS] [--batch N] [--feedback-fd FD --feedback-slots N]\n", prog);
     exit(2);
 }
 
@@ -775,7 +716,8 @@ int main(int argc, char **argv)
 {
     const char *sched = NULL, *dump = NULL;
     int64_t vstart = 1000000000LL;
-    int want_fifo = 1, cpu = -1;
+    int want_fifo = 1, cpu = -1, feedback_fd = -1;
+    long long feedback_slots = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--dump") && i + 1 < argc) dump = argv[++i];
@@ -788,6 +730,8 @@ int main(int argc, char **argv)
                 die("--spin-ns must be >= 0");
         }
         else if (!strcmp(a, "--batch") && i + 1 < argc) batch_max = (int)num_arg(a, argv[++i]);
+        else if (!strcmp(a, "--feedback-fd") && i + 1 < argc) feedback_fd = (int)num_arg(a, argv[++i]);
+        else if (!strcmp(a, "--feedback-slots") && i + 1 < argc) feedback_slots = num_arg(a, argv[++i]);
         else if (a[0] == '-' || sched) usage();
         else sched = a;
     }
@@ -803,6 +747,13 @@ int main(int argc, char **argv)
 
     load_schedule(sched);
     alloc_batches();
+    if (closed_loop) {
+        if (dump)
+            die("a closed-loop schedule needs the NIC's ACKs: no --dump");
+        if (feedback_fd < 0 || feedback_slots < 1 || feedback_slots > (1 << 20))
+            die("a closed-loop schedule needs --feedback-fd FD --feedback-slots N (1..%d)", 1 << 20);
+        map_feedback(feedback_fd, (uint32_t)feedback_slots);
+    }
 
     if (dump) {
         dumping = 1;
@@ -865,7 +816,7 @@ int main(int argc, char **argv)
             die("stdin: expected 'go <start_ns>', got '%.*s'", (int)strcspn(line, "\n"), line);
         start = s ? s : mono_ns();
         period_start_ns = mono_ns();
-        t_end = run(start);
+        t_end = closed_loop ? run_closed(start) : run(start);
     } else {
         t_end = vclock;
     }
@@ -888,7 +839,10 @@ int main(int argc, char **argv)
                 sum += flows[j].sent;
         printf("%s\"%u\": %llu", i ? ", " : "", flows[i].flow_id, (unsigned long long)sum);
     }
-    printf("}, \"lateness_ns\": {\"count\": %llu, \"p50\": %llu, \"p90\": %llu, \"p99\": %llu, "
+    printf("}, ");
+    if (closed_loop)
+        print_transport();
+    printf("\"lateness_ns\": {\"count\": %llu, \"p50\": %llu, \"p90\": %llu, \"p99\": %llu, "
            "\"max\": %llu}, ",
            (unsigned long long)late_count, (unsigned long long)hist_pct(0.5),
            (unsigned long long)hist_pct(0.9), (unsigned long long)hist_pct(0.99),

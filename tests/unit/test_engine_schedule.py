@@ -124,7 +124,7 @@ def test_schedule_round_trip(tmp_path):
     n = engine.write_schedule(path, PORTS, MIXED, duration_s=1.5, burst=4, burst_ns=123)
     assert n == sum(f[0].total_packets for items in MIXED.values() for f in items)
     s = engine.read_schedule(path)
-    assert path.read_bytes()[:8] == b"RLENGSCH" and s["version"] == 1
+    assert path.read_bytes()[:8] == b"RLENGSCH" and s["version"] == 2 and s["transport"] is None
     assert s["ports"] == [("nsA", "eth0"), ("", "eth1")]
     assert (s["burst"], s["burst_ns"], s["duration_ns"]) == (4, 123, 1_500_000_000)
     got = {f["flow_id"]: f for f in s["flows"]}
@@ -139,6 +139,31 @@ def test_schedule_round_trip(tmp_path):
             assert (g["dst_qp"], g["src_qp"], g["rate_bps"]) == (f.dst_qp, f.src_qp, f.rate_bps)
             assert g["psn0"] == (item[3] if len(item) > 3 else engine.default_psn0(f.flow_id))
             assert g["messages"] == [(m.msg_id, m.size, m.start_ns) for m in f.messages]
+    assert sorted(f["fb_slot"] for f in s["flows"]) == list(range(len(s["flows"])))
+
+
+def test_a_closed_loop_schedule_carries_its_transport(tmp_path):
+    path = tmp_path / "s.sched"
+    rel = engine.Reliable("selective-repeat", window=32, rto_ns=5_000_000,
+                          line_bps={"a:eth0": 2e7, "a:eth1": 8e7}, burst_packets=1,
+                          dcqcn={"g": 1 / 256, "alpha_period_ns": 10, "rate_period_ns": 20,
+                                 "byte_counter": 1 << 20, "fast_recovery": 5, "rai_fraction": 1e-3,
+                                 "rhai_fraction": 1e-2, "min_rate_fraction": 1e-3},
+                          limit_ns=7, sample_ns=9)
+    engine.write_schedule(path, PORTS, MIXED, reliable=rel)
+    t = engine.read_schedule(path)["transport"]
+    assert t == {"kind": "selective-repeat", "window": 32, "rto_ns": 5_000_000, "burst_packets": 1,
+                 "dcqcn": True, "limit_ns": 7, "sample_ns": 9, "line_bps": [2e7, 8e7]}
+
+
+def test_a_closed_loop_schedule_needs_the_nics_feedback(tmp_path, binary):
+    path = tmp_path / "s.sched"
+    engine.write_schedule(path, PORTS, MIXED,
+                          reliable=engine.Reliable("go-back-n", 16, 1000, {"a:eth0": 1e7, "a:eth1": 1e7}))
+    proc = _run(binary, path, "--dump", tmp_path / "d")
+    assert proc.returncode == 2 and "no --dump" in proc.stderr
+    proc = _run(binary, path)
+    assert proc.returncode == 2 and "--feedback-fd" in proc.stderr and len(proc.stderr.splitlines()) == 1
 
 
 def test_frames_byte_identical_to_the_python_sender(tmp_path, monkeypatch, binary):
@@ -235,7 +260,7 @@ def _run(binary, *args):
 
 @pytest.mark.parametrize("mangle, says", [
     (lambda b: b"XXXXXXXX" + b[8:], "no RLENGSCH magic"),
-    (lambda b: b[:8] + (2).to_bytes(4, "little") + b[12:], "version 2"),
+    (lambda b: b[:8] + (3).to_bytes(4, "little") + b[12:], "version 3"),
     (lambda b: b[:100], "truncated"),
     (lambda b: b + b"\0", "bytes after the last flow"),
     (lambda b: b"", "truncated"),
