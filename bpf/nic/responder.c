@@ -223,7 +223,7 @@ int xdp_nic_responder(struct xdp_md *ctx)
     q->flow_id = rx.flow_id;
     q->sport = rx.sport;
 
-    unique = nic_book_psn(q, rx.psn);
+    unique = nic_book_psn(q, rx.psn, rx.ts_ns);
     if (unique) {
         q->packets++;
         q->bytes += rx.frame_len;
