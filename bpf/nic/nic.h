@@ -99,6 +99,34 @@ struct nic_msg_slot {
     __u32 got;               /* distinct packets of msg_id received */
 };
 
+/* Loss windows (stats.h nic_loss_*; dataplane.nic.report finishes them): a run of lost
+ * positions is closed when its last position leaves the 128-PSN window unfilled; it is
+ * kept as the send stamps of the delivered positions around it and its length. */
+#define NIC_LOSS_SLOTS    64   /* nic_loss.win: windows 0-61 in slots 0-61, then the */
+#define NIC_LOSS_LAST     62   /* latest one in slot 62 (window 62 and every later one) */
+#define NIC_LOSS_SCRATCH  63   /* what the branch-free slide writes when nothing closes */
+
+/* nic_loss.flags: why a QP's loss timing is unknown (loss_timing's notes) */
+#define NIC_LOSS_NO_STAMP  1   /* a packet without a send stamp arrived */
+#define NIC_LOSS_BACKWARDS 2   /* a stamp lower than the delivered position's before it */
+#define NIC_LOSS_AT_START  4   /* positions lost before the first delivered one */
+#define NIC_LOSS_FLAT      8   /* a window whose closing stamp is not after its opening one */
+
+struct nic_loss_window {
+    __u64 t0;                /* send stamp of the delivered position before the lost ones */
+    __u64 t1;                /* send stamp of the delivered position after them */
+    __u64 lost;              /* positions lost in between */
+};
+
+struct nic_loss {
+    __u64 flags;
+    __u64 t0;                /* stamp of the last delivered position that left the window (0: none) */
+    __u64 run;               /* positions lost since it (the window being built) */
+    __u64 windows;           /* windows closed (every one; slots: NIC_LOSS_SLOTS) */
+    struct nic_loss_window win[NIC_LOSS_SLOTS];
+    __u64 stamp[NIC_SEEN_BITS];   /* send stamp of each delivered position in the window, by PSN % 128 */
+};
+
 struct nic_qp {
     struct bpf_spin_lock lock;
     __u32 flags;
@@ -153,6 +181,7 @@ struct nic_qp {
     __u64 naked_ns[NIC_SEEN_BITS];
     __u32 nak_cursor;        /* the next hole to NAK is the oldest at or after this PSN */
     __u32 _pad2;
+    struct nic_loss loss;
 };
 
 /* The requester side: what came back for the QPs this NIC sends on. nic_req_slots maps

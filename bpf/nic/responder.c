@@ -283,7 +283,7 @@ int xdp_nic_responder(struct xdp_md *ctx)
      * are accepted, not when a discarded one first arrived */
     go_back_n = respond && !open_loop && !selective;
     prev_high = q->highest;
-    unique = nic_book_psn(q, rx.psn);
+    unique = nic_book_psn(q, rx.psn, rx.ts_ns);
     book_msg = go_back_n ? nic_psn_diff(rx.psn, q->epsn) == 0 : unique;
     if (unique) {
         q->packets++;

@@ -42,7 +42,7 @@ def receive_side(spec: LabSpec, wanted: str, *, closed_loop: bool, has_events: b
     if closed_loop:
         return "python", "a closed-loop transport: the kernel NIC's requester side is not built yet"
     if has_events:
-        return "python", "faults: loss windows need per-packet send times, which the kernel NIC does not keep"
+        return "kernel", "open loop, XDP switches; faults: loss windows from the responder's send stamps"
     return "kernel", "open loop, XDP switches"
 
 

@@ -9,9 +9,13 @@ What differs, and why:
   * latency p50/p99 come from a log-linear histogram (4 slots per power of two, so within
     12 % of the exact value); count, min, max and mean are exact. Message completion
     times are exact: each completion is an event.
-  * a flow's loss timing (outage, recovery: dataplane.traffic.rxstats.loss_timing) needs
-    the send time of every packet around each loss, which the NIC does not keep; it is
-    reported unknown, with a note saying so.
+  * a flow's loss timing (outage, recovery, loss windows: rxstats.loss_timing) is what
+    loss_timing gives for the same packets, from the windows the responder closed when
+    their lost positions left its 128-PSN window (bpf/nic/stats.h) and the positions
+    still in it, finished here (loss_timing below). It keeps the first 62 windows of a
+    QP and the latest one, so outage and recovery are exact and the list is marked
+    truncated past 63 windows (the Python receivers keep 256). A packet arriving more
+    than 128 PSNs late filled no window: its position stays lost, as in `lost`.
   * delivered bytes are binned when a frame arrived; a bin holding more than the
     receiving ports can carry in its time got its excess during the bins before it (a
     frame takes its length at line rate to arrive): the excess moves back, as Receiver
@@ -21,11 +25,17 @@ from __future__ import annotations
 
 from typing import Iterable, Mapping
 
+from dataplane.nic import responder as nic
 from dataplane.nic.responder import MsgEvent, log_slot_low
-from dataplane.traffic.rxstats import summary as exact_summary
+from dataplane.traffic.rxstats import MAX_WINDOWS, summary as exact_summary, timing_dict
 from dataplane.wire.roce import PSN_MASK
 
-TIMING_NOTE = "kernel NIC: no per-packet send times kept (loss windows need the Python hosts)"
+# loss_timing's notes, in the order it finds them
+NOTES = ((nic.LOSS_NO_STAMP, "a send timestamp is missing"),
+         (nic.LOSS_BACKWARDS, "send clock went backwards"),
+         (nic.LOSS_AT_START, "lost before the first packet received (start unknown)"),
+         (nic.LOSS_FLAT, "send timestamps do not advance across a loss"))
+END_NOTE = "lost until the end (no packet delivered after the loss)"
 
 
 def _hist_quantile(hist: Mapping[int, int], q: float, lo: int, hi: int) -> float:
@@ -53,14 +63,60 @@ def latency_summary(qp: Mapping) -> dict:
             "mean": qp["lat_sum"] / count}
 
 
+def _window(t0: int, t1: int, lost: int) -> list[int]:
+    """[start, end, lost] as loss_timing makes it (its very arithmetic)."""
+    step = (t1 - t0) / (lost + 1)
+    return [int(round(t0 + step)), t1, lost]
+
+
+def loss_timing(loss: Mapping, tail: int) -> dict:
+    """rxstats.loss_timing's answer for a QP from its loss state (responder.loss_dict):
+    the positions still in the window go through the responder's own steps (stats.h
+    nic_loss_slide), then `tail` positions lost after the highest one (the sender sent
+    them, none arrived)."""
+    flags, t0, run, closed = loss["flags"], loss["t0"], loss["run"], loss["windows"]
+    first, latest = list(loss["first"]), loss["latest"]
+    more: list[tuple[int, int, int]] = []         # closed here, after the responder's
+    for ts in loss["window"]:
+        if ts is None:
+            run += 1
+            continue
+        if run:
+            if not t0:
+                flags |= nic.LOSS_AT_START
+            else:
+                flags |= nic.LOSS_FLAT if ts <= t0 else 0
+                more.append((t0, ts, run))
+            run = 0
+        if ts:
+            flags |= nic.LOSS_BACKWARDS if ts < t0 else 0
+            t0 = ts
+    if not closed and not more and not tail and not flags & nic.LOSS_AT_START:
+        return {"outage_ns": 0, "recovery_ns": 0, "windows": [], "note": None}    # nothing lost
+    note = next((n for bit, n in NOTES if flags & bit), END_NOTE if tail else None)
+    if note is not None:
+        return {"outage_ns": None, "recovery_ns": None, "windows": [], "note": note}
+    # every window is known while the responder closed at most LOSS_LAST + 1 (the
+    # latest one in its slot is then the last of them); past that, the first ones only
+    complete = closed <= nic.LOSS_LAST + 1
+    kept = first + ([latest] if latest is not None and complete else [])
+    windows = [_window(*w) for w in (kept + more if complete else kept)]
+    last = _window(*(more[-1] if more else latest)) if not complete else windows[-1]
+    out = {"outage_ns": last[1] - windows[0][0], "recovery_ns": windows[0][1] - windows[0][0],
+           "windows": windows[:MAX_WINDOWS], "note": None}
+    if not complete or len(windows) > MAX_WINDOWS:
+        out["truncated"] = True
+    return out
+
+
 def flow_record(qp: Mapping, completions_ns: list[int], sent: int | None) -> dict:
     """One flow's FlowStats.to_dict() (plus completions_us, as hostrun recv adds) from its
     QP and the completion times of its messages. `sent`: packets its sender sent (the
     missing tail counts as lost), None when unknown."""
     expected = ((qp["highest"] - qp["psn0"]) & PSN_MASK) + 1
     lost = max(0, qp["holes"] - qp["out_of_order"])
-    if sent is not None:
-        lost += max(0, sent - expected)
+    tail = max(0, sent - expected) if sent is not None else 0
+    lost += tail
     total = qp["packets"] + lost
     dur = (qp["last_ns"] - qp["first_ns"]) / 1e9
     return {
@@ -77,8 +133,7 @@ def flow_record(qp: Mapping, completions_ns: list[int], sent: int | None) -> dic
         "max_gap_us": qp["max_gap_ns"] / 1000,
         "first_rx_ns": qp["first_ns"], "last_rx_ns": qp["last_ns"],
         "last_send_ns": qp["last_send_ns"],
-        "outage_us": None, "recovery_us": None, "loss_windows_ns": [],
-        "timing_note": TIMING_NOTE if lost else None,
+        **timing_dict(loss_timing(qp["loss"], tail)),
         "completions_us": [ns / 1000 for ns in completions_ns],
     }
 

@@ -45,6 +45,9 @@ REQ_ACKED = 1
 REORDER_SLOTS = 32
 LOG_SLOTS = 128
 MSG_SLOTS = 8
+SEEN_BITS = 128
+LOSS_SLOTS, LOSS_LAST = 64, 62      # nic_loss.win: slots 0-61 the first windows, 62 the latest
+LOSS_NO_STAMP, LOSS_BACKWARDS, LOSS_AT_START, LOSS_FLAT = 1, 2, 4, 8
 DEFAULT_MAX_QPS = 1024
 RX_BINS = 16384
 EVENT_PAGES = 256
@@ -82,6 +85,16 @@ class MsgSlot(ct.Structure):
     _fields_ = [("msg_id", ct.c_uint32), ("got", ct.c_uint32)]
 
 
+class LossWindow(ct.Structure):
+    _fields_ = [("t0", ct.c_uint64), ("t1", ct.c_uint64), ("lost", ct.c_uint64)]
+
+
+class NicLoss(ct.Structure):
+    _fields_ = [("flags", ct.c_uint64), ("t0", ct.c_uint64), ("run", ct.c_uint64),
+                ("windows", ct.c_uint64), ("win", LossWindow * LOSS_SLOTS),
+                ("stamp", ct.c_uint64 * SEEN_BITS)]
+
+
 _QP_U32 = ("lock", "flags", "saddr", "src_qp", "flow_id", "sport", "psn0", "epsn", "msn",
            "unacked")
 _QP_STATS = ("packets", "bytes", "payload_bytes", "duplicates", "out_of_order", "holes", "late",
@@ -99,7 +112,8 @@ class NicQp(ct.Structure):
                    ("lat_hist", ct.c_uint64 * LOG_SLOTS), ("msg_hist", ct.c_uint64 * LOG_SLOTS),
                    ("max_gap_ns", ct.c_uint64), ("last_send_ns", ct.c_uint64),
                    ("hole_ns", ct.c_uint64 * SEEN_BITS), ("naked_ns", ct.c_uint64 * SEEN_BITS),
-                   ("nak_cursor", ct.c_uint32), ("_pad2", ct.c_uint32)])
+                   ("nak_cursor", ct.c_uint32), ("_pad2", ct.c_uint32),
+                   ("loss", NicLoss)])
 
 
 class CrcTable(ct.Structure):
@@ -174,7 +188,24 @@ def qp_dict(key: QpKey, q: NicQp) -> dict:
     d["max_gap_ns"] = int(q.max_gap_ns)
     d["last_send_ns"] = int(q.last_send_ns)
     d["messages_open"] = sum(1 for slot in q.msg_slots if slot.got)
+    d["loss"] = loss_dict(q)
     return d
+
+
+def loss_dict(q: NicQp) -> dict:
+    """A QP's loss-window state (bpf/nic/stats.h; dataplane.nic.report finishes it):
+    flags, the stamp before the run being built (t0) and its length (run), the windows
+    closed (count; the first ones and, past LOSS_LAST of them, the latest one) as
+    (stamp before, stamp after, lost), and the positions still in the window, oldest
+    first: each one's send stamp, or None when it has not arrived."""
+    lo = q.loss
+    seen = (q.seen_hi << 64) | q.seen_lo
+    window = [int(lo.stamp[(q.highest - back) % SEEN_BITS]) if seen >> back & 1 else None
+              for back in range(SEEN_BITS - 1, -1, -1)]
+    win = [(int(w.t0), int(w.t1), int(w.lost)) for w in lo.win]
+    return {"flags": int(lo.flags), "t0": int(lo.t0), "run": int(lo.run), "windows": int(lo.windows),
+            "first": win[:min(lo.windows, LOSS_LAST)],
+            "latest": win[LOSS_LAST] if lo.windows > LOSS_LAST else None, "window": window}
 
 
 class NicResponder(Closing):

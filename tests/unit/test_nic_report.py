@@ -5,8 +5,20 @@ import pytest
 from hypothesis import given, strategies as st
 
 from dataplane.nic import report
+from dataplane.nic import responder as nicmod
 from dataplane.nic.responder import MsgEvent, log_slot
 from dataplane.traffic.rxstats import summary
+
+
+def window(stamps: dict[int, int], highest: int) -> list:
+    """responder.loss_dict's open window: positions highest-127 .. highest, oldest first
+    (before position 0: delivered, no stamp)."""
+    return [0 if p < 0 else stamps.get(p) for p in range(highest - 127, highest + 1)]
+
+
+def loss(stamps: dict[int, int], highest: int, **over) -> dict:
+    return {"flags": 0, "t0": 0, "run": 0, "windows": 0, "first": [], "latest": None,
+            "window": window(stamps, highest), **over}
 
 
 def qp(**over) -> dict:
@@ -16,7 +28,8 @@ def qp(**over) -> dict:
             "reorder_hist": {3: 1}, "first_ns": 1_000, "last_ns": 1_000_001_000,
             "lat_bad": 0, "lat_min": 100, "lat_max": 5000, "lat_sum": 9 * 1000,
             "lat_hist": {log_slot(100): 1, log_slot(1000): 7, log_slot(5000): 1},
-            "messages_open": 1, "max_gap_ns": 2000, "last_send_ns": 77}
+            "messages_open": 1, "max_gap_ns": 2000, "last_send_ns": 77,
+            "loss": loss({p: 1000 * (p + 1) for p in range(10) if p != 4}, 9)}
     return {**base, **over}
 
 
@@ -25,8 +38,38 @@ def test_losses_are_open_holes_plus_the_missing_tail():
     # positions 0..9 covered (one hole still open), 2 more sent than covered
     assert (rec["lost"], rec["packets"]) == (1 + 2, 9)
     assert rec["loss_ratio"] == pytest.approx(3 / 12)
-    assert rec["timing_note"] == report.TIMING_NOTE and rec["outage_us"] is None
-    assert report.flow_record(qp(), [], sent=None)["lost"] == 1
+    assert rec["timing_note"] == report.END_NOTE and rec["outage_us"] is None
+    rec = report.flow_record(qp(), [], sent=None)
+    assert rec["lost"] == 1 and rec["timing_note"] is None
+    assert rec["loss_windows_ns"] == [[5000, 6000, 1]] and rec["outage_us"] == rec["recovery_us"] == 1.0
+
+
+def test_loss_timing_finishes_the_open_window_as_the_responder_does():
+    from dataplane.traffic.rxstats import loss_timing
+    stamps = {p: 10_000 + 100 * p for p in range(200)}
+    got = {p: t for p, t in stamps.items() if p not in (3, 150, 151, 199)}
+    # 3 left the window (closed by the responder), 150-151 are still in it, 199 the tail
+    state = loss(got, 198, windows=1, first=[(10_200, 10_400, 1)], t0=stamps[70])
+    assert report.loss_timing(state, 1) == loss_timing(got, [3, 150, 151, 199])
+    assert report.loss_timing(state, 0) == loss_timing(got, [3, 150, 151])
+    assert report.loss_timing(loss(got, 198, flags=nicmod.LOSS_BACKWARDS), 0)["note"] == \
+        "send clock went backwards"
+
+
+def test_past_63_windows_the_first_62_and_the_exact_span():
+    first = [(1000 * i, 1000 * i + 500, 1) for i in range(62)]
+    stamps = {p: 10**6 + p for p in range(100)}
+    # 63 closed: the latest slot is the 63rd, every window known
+    full = report.loss_timing(loss(stamps, 99, windows=63, first=first, latest=(90_000, 90_500, 1)), 0)
+    assert len(full["windows"]) == 63 and "truncated" not in full
+    assert full["outage_ns"] == 90_500 - 250
+    # 70 closed, one more in the open window: the first 62, the span to the very last
+    open_ = dict(stamps)
+    del open_[50]
+    many = report.loss_timing(loss(open_, 99, windows=70, first=first, latest=(95_000, 95_500, 1),
+                                   t0=900_000), 0)
+    assert many["truncated"] and len(many["windows"]) == 62
+    assert (many["outage_ns"], many["recovery_ns"]) == (10**6 + 51 - 250, 250)
 
 
 def test_the_record_has_every_field_a_python_receiver_gives():
