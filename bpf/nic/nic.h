@@ -55,6 +55,8 @@ struct nic_msg_event {
     __u32 msg_id;
     __u64 done_ns;           /* CLOCK_MONOTONIC when its last missing packet arrived */
     __u64 msg_ns;            /* done_ns - the send time of its first packet */
+    __u32 msg_bytes;         /* the message's size (railab header) */
+    __u32 _pad;
 };
 
 /* per-CPU counters of the program (index into nic_counters) */

@@ -111,6 +111,7 @@ struct nic_rx {
     __u32 seq;
     __u32 msg_id;
     __u32 msg_pkts;
+    __u32 msg_bytes;
     __u32 frame_len;
     __u32 payload_len;
     __u64 ts_ns;
@@ -172,6 +173,7 @@ static __always_inline int nic_parse(void *data, void *data_end, struct nic_rx *
     rx->seq = nic_ntohl(hdr->seq);
     rx->msg_id = nic_ntohl(hdr->msg_id);
     rx->msg_pkts = nic_ntohl(hdr->msg_pkts);
+    rx->msg_bytes = nic_ntohl(hdr->msg_bytes);
     rx->msg_last = nic_ntohl(hdr->msg_idx) + 1 >= rx->msg_pkts;
     rx->ts_ns = nic_ntohll(hdr->ts_ns);
     rx->msg_start_ns = nic_ntohll(hdr->msg_start_ns);

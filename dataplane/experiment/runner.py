@@ -320,7 +320,8 @@ def run_once(spec: LabSpec, experiment: Experiment, flows: list[wl.Flow], label:
                      "--cnp-interval-ns", str(timescale.wall_ns(cnp_us * 1000, scale))]
     receive, receive_why = receive_side(spec, experiment.hosts, closed_loop=cfg.closed_loop,
                                         has_events=bool(experiment.events))
-    send, send_why = send_side(experiment.hosts, closed_loop=cfg.closed_loop, pfc=bool(pause_plan))
+    send, send_why = send_side(experiment.hosts, closed_loop=cfg.closed_loop, pfc=bool(pause_plan),
+                               receive=receive)
     kernel_rx: KernelReceivers | None = None
     kernel_tx: KernelSenders | None = None
     python_receivers = receivers if receive == "python" else []
@@ -328,10 +329,16 @@ def run_once(spec: LabSpec, experiment: Experiment, flows: list[wl.Flow], label:
     before = fabric.snapshot()
     try:
         if receive == "kernel":
-            kernel_rx = KernelReceivers(spec, receivers, max_qps=len(flows), scale=scale)
+            kernel_rx = KernelReceivers(
+                spec, receivers, max_qps=len(flows), scale=scale, transport=cfg,
+                cnp_interval_us=(cfg.dcqcn or DcqcnParams()).cnp_interval_us if cfg.closed_loop else 0.0,
+                senders=sorted(senders) if send == "kernel" else ())
         if send == "kernel":
+            closed = (cfg, scale, closed_loop_limit_s(cfg.rto_us, scale), experiment.sample_s) \
+                if cfg.closed_loop else None
             kernel_tx = KernelSenders(spec, [(f.src_host, flow_port[f.flow_id], f) for f in flows],
-                                      experiment.duration_s)
+                                      experiment.duration_s, closed=closed,
+                                      feedback=kernel_rx.nic if kernel_rx is not None else None)
         for host in python_receivers:
             ports = [i.name for i in by_name[host].interfaces]
             line = [i.speed_bps * scale for i in by_name[host].interfaces] if scale else []
@@ -377,8 +384,10 @@ def run_once(spec: LabSpec, experiment: Experiment, flows: list[wl.Flow], label:
         host_pfc: dict[str, dict] = {}
         engine: dict = {}
         if kernel_tx is not None:
-            engine = kernel_tx.finish(timeout_s=experiment.duration_s + GO_LEAD_S + 60)
+            limit_s = closed_loop_limit_s(cfg.rto_us, scale) if cfg.closed_loop else 0.0
+            engine = kernel_tx.finish(timeout_s=experiment.duration_s + limit_s + GO_LEAD_S + 60)
             sent.update(engine["per_flow_packets"])
+            transport_tx.update(engine.get("transport", {}))
         for host in python_senders:
             proc = procs[host].sender
             out, err = proc.stdout.read(), proc.stderr.read()

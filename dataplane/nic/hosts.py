@@ -7,9 +7,14 @@ Receive side: one responder object (one
 program, one set of maps) attached to every port of every receiving host.
 
 The program books each data frame to its QP, answers as the open-loop receiver does
-(an ACK per ack-request, a CNP per CE mark and interval) and drops the frame: no Python
-process reads it. At the end the maps become the answer hostrun's `recv` gives
+(an ACK per ack-request, a CNP per CE mark and interval), or in a closed-loop run as the
+go-back-N or selective-repeat responder, and drops the frame: no Python process reads
+it. At the end the maps become the answer hostrun's `recv` gives
 (dataplane.nic.report), so the runner and the reports see no difference.
+
+Closed loop: the same program also runs on the sending hosts' ports, where it books the
+ACKs, NAKs and CNPs for the engine's QPs in a map the engine reads (one slot per flow, in
+the schedule's order), and the engine resends and runs DCQCN from them.
 
 `send_side()` and `receive_side()` say whether an experiment's run can use each, and if
 not, why: the Python hosts still do what the kernel NIC does not (module doc of
@@ -23,10 +28,12 @@ from pathlib import Path
 
 from dataplane.closing import Closing
 from dataplane.nic import report
-from dataplane.nic.engine import EngineError, SendEngine, engine_binary, write_schedule
+from dataplane import timescale
+from dataplane.nic.engine import EngineError, Reliable, SendEngine, engine_binary, write_schedule
 from dataplane.nic.responder import NicResponder
 from dataplane.runtime.labspec import LabSpec
 from dataplane.traffic.receiver import RX_BIN_NS
+from dataplane.traffic.transport import DcqcnParams, TransportConfig
 
 EVENT_POLL_S = 0.05        # the ring buffer holds 32 k completions: read well before it fills
 XDP_DATAPLANES = ("xdp", "xdp-generic")
@@ -40,33 +47,57 @@ def receive_side(spec: LabSpec, wanted: str, *, closed_loop: bool, has_events: b
         return "python", (f"the lab's switches forward in the {spec.dataplane} dataplane: a host "
                           "port's XDP_TX answers need an XDP program on the switch's end")
     if closed_loop:
-        return "python", "a closed-loop transport: the kernel NIC's requester side is not built yet"
+        return "kernel", "closed loop, XDP switches: the XDP responder acknowledges"
     if has_events:
         return "kernel", "open loop, XDP switches; faults: loss windows from the responder's send stamps"
     return "kernel", "open loop, XDP switches"
 
 
-def send_side(wanted: str, *, closed_loop: bool, pfc: bool) -> tuple[str, str]:
+def send_side(wanted: str, *, closed_loop: bool, pfc: bool, receive: str = "kernel") -> tuple[str, str]:
     """("kernel" | "python", why) for the senders of a run whose experiment asked for
-    `wanted` hosts."""
+    `wanted` hosts and whose receive side is `receive`."""
     if wanted == "python":
         return "python", "the experiment asks for Python hosts"
-    if closed_loop:
-        return "python", "a closed-loop transport: the engine does not resend or run DCQCN yet"
+    if closed_loop and receive != "kernel":
+        return "python", "a closed loop needs the kernel NIC's responder and its feedback map"
     if pfc:
         return "python", "PFC: the engine does not honour pause frames yet"
     try:
         engine_binary()
     except (EngineError, OSError) as err:
         return "python", f"the send engine could not be built: {err}"
-    return "kernel", "open loop, no PFC"
+    return "kernel", "closed loop: the engine resends and runs DCQCN from the NIC's feedback" \
+        if closed_loop else "open loop, no PFC"
+
+
+def reliable_plan(cfg: TransportConfig, line_bps: dict[str, float], scale: float | None, *,
+                  limit_s: float, sample_s: float, pfc: bool) -> Reliable:
+    """The engine's closed-loop transport for a run: the workload's times (real-fabric us)
+    on the lab's wall clock, as transport.Requester and Dcqcn apply them."""
+    def wall(us: float) -> int:
+        return max(1, timescale.wall_ns(us * 1000, scale))
+    dcqcn = None
+    if cfg.dcqcn is not None:
+        d: DcqcnParams = cfg.dcqcn
+        dcqcn = {"g": d.g, "alpha_period_ns": wall(d.alpha_timer_us), "rate_period_ns": wall(d.rate_timer_us),
+                 "byte_counter": d.byte_counter, "fast_recovery": d.fast_recovery,
+                 "rai_fraction": d.rai_fraction, "rhai_fraction": d.rhai_fraction,
+                 "min_rate_fraction": d.min_rate_fraction}
+    # under PFC a NIC cannot make up for a pause above its line rate (reliable.run's rule)
+    return Reliable(cfg.kind, window=cfg.window, rto_ns=wall(cfg.rto_us), line_bps=line_bps,
+                    burst_packets=1 if pfc else 4, dcqcn=dcqcn, limit_ns=int(limit_s * 1e9),
+                    sample_ns=int(sample_s * 1e9))
 
 
 class KernelSenders(Closing):
     """Every sending host's flows in one engine process (module doc). `sends`: (host, its
     port, Flow) per flow. Use as a context manager: leaving it ends the engine."""
 
-    def __init__(self, spec: LabSpec, sends: list, duration_s: float | None):
+    def __init__(self, spec: LabSpec, sends: list, duration_s: float | None, *,
+                 closed: tuple[TransportConfig, float | None, float, float] | None = None,
+                 feedback: NicResponder | None = None):
+        """closed: (transport, scale, limit_s, sample_s) of a closed-loop run, whose ACKs,
+        NAKs and CNPs `feedback` (the receive side's responder, also on these ports) books."""
         by_name = {n.name: n for n in spec.nodes}
         ports: dict[str, tuple[str, str]] = {}
         flows: dict[str, list] = {}
@@ -78,8 +109,18 @@ class KernelSenders(Closing):
         self._folder = tempfile.TemporaryDirectory(prefix="railab-schedule-")
         try:
             path = Path(self._folder.name) / "schedule"
-            write_schedule(path, ports, flows, duration_s=duration_s)
-            self.engine = SendEngine(path)
+            reliable = None
+            if closed is not None:
+                cfg, scale, limit_s, sample_s = closed
+                line = {f"{h}:{p}": next(i.speed_bps for i in by_name[h].interfaces if i.name == p) * (scale or 1)
+                        for h, p, _ in sends}
+                reliable = reliable_plan(cfg, line, scale, limit_s=limit_s, sample_s=sample_s, pfc=False)
+                # the engine's slot for a flow is its place in the schedule: ports in order
+                for slot, (flow, _, _) in enumerate(item for key in ports for item in flows[key]):
+                    feedback.add_requester(flow.src_ip, flow.src_qp, slot)
+            write_schedule(path, ports, flows, duration_s=duration_s, reliable=reliable)
+            self.engine = SendEngine(path, feedback=None if feedback is None or closed is None
+                                     else (feedback.requesters_fd, feedback.max_reqs))
         except BaseException:
             self._folder.cleanup()
             raise
@@ -105,20 +146,30 @@ class KernelReceivers(Closing):
     context manager: leaving it detaches everything, also on an error."""
 
     def __init__(self, spec: LabSpec, hosts: list[str], *, max_qps: int,
-                 cnp_interval_us: float = 0.0, scale: float | None = None):
+                 cnp_interval_us: float = 0.0, scale: float | None = None,
+                 transport: TransportConfig | None = None, senders: list[str] = ()):
+        """transport: a closed-loop run's (its ACK coalescing and NAK delay); senders: the
+        sending hosts, whose ports then also get the program, for the engine's feedback."""
         by_name = {n.name: n for n in spec.nodes}
         self.ports = [(by_name[h].netns, i.name) for h in hosts for i in by_name[h].interfaces]
         self.line_bps = sum(i.speed_bps * scale for h in hosts for i in by_name[h].interfaces) if scale else 0.0
         self.cnp_interval_us, self.scale = cnp_interval_us, scale
-        self.nic = NicResponder(max_qps=max(64, max_qps))
+        closed = transport is not None and transport.closed_loop
+        self._answer = dict(
+            ack_every=transport.ack_every, ack_delay_us=transport.ack_delay_us,
+            selective=transport.kind == "selective-repeat", nak_delay_us=transport.nak_delay_us,
+        ) if closed else dict(open_loop=True)
+        attach = self.ports + [(by_name[h].netns, i.name) for h in senders if h not in hosts
+                               for i in by_name[h].interfaces]
+        self.nic = NicResponder(max_qps=max(64, max_qps), max_reqs=max(64, max_qps))
         self._events: list = []
         self._stop = threading.Event()
         self._reader: threading.Thread | None = None
         self.origin_ns = 0
         try:
-            self.nic.configure(mode="respond", open_loop=True, consume=True,
-                               cnp_interval_us=cnp_interval_us, scale=scale)
-            for netns, ifname in self.ports:
+            self.nic.configure(mode="respond", consume=True, cnp_interval_us=cnp_interval_us,
+                               scale=scale, **self._answer)
+            for netns, ifname in attach:
                 self.nic.attach(netns, ifname, mode=spec.dataplane)
         except BaseException:
             self.nic.close()
@@ -128,9 +179,9 @@ class KernelReceivers(Closing):
         """Bin delivered bytes from `at_ns` (CLOCK_MONOTONIC, rounded down to a bin) and
         keep reading the completions while the run lasts."""
         self.origin_ns = at_ns - at_ns % RX_BIN_NS
-        self.nic.configure(mode="respond", open_loop=True, consume=True, scale=self.scale,
+        self.nic.configure(mode="respond", consume=True, scale=self.scale,
                            cnp_interval_us=self.cnp_interval_us, bin_origin_ns=self.origin_ns,
-                           bin_ns=RX_BIN_NS)
+                           bin_ns=RX_BIN_NS, **self._answer)
         self._reader = threading.Thread(target=self._read_events, name="nic-events", daemon=True)
         self._reader.start()
 
@@ -145,7 +196,8 @@ class KernelReceivers(Closing):
         if self._reader is not None:
             self._reader.join()
         self._events.extend(self.nic.events())
-        flows = report.flow_records(self.nic.qps(), self._events, sent)
+        flows = report.flow_records(self.nic.qps(), self._events, sent,
+                                    closed_loop=not self._answer.get("open_loop"))
         nbins = max(0, (until_ns - self.origin_ns) // RX_BIN_NS + 1)
         bins = report.water_filled(self.nic.rx_bins(nbins), self.line_bps * RX_BIN_NS / 8e9)
         first = self.origin_ns // RX_BIN_NS

@@ -150,17 +150,31 @@ def unseen_flow(flow_id: int, sent: int) -> dict:
 
 
 def flow_records(qps: Iterable[Mapping], events: Iterable[MsgEvent],
-                 sent: Mapping[int, int]) -> dict[str, dict]:
-    """Every flow in `sent` (flow id -> packets sent) as hostrun recv's "flows"."""
-    done: dict[int, list[int]] = {}
+                 sent: Mapping[int, int], *, closed_loop: bool = False) -> dict[str, dict]:
+    """Every flow in `sent` (flow id -> packets sent) as hostrun recv's "flows"; in a
+    closed-loop run with the responder's side as hostrun recv's transport_rx."""
+    done: dict[int, list[MsgEvent]] = {}
     for e in events:
-        done.setdefault(e.flow_id, []).append(e.msg_ns)
+        done.setdefault(e.flow_id, []).append(e)
     by_flow = {q["flow_id"]: q for q in qps}
     out = {}
     for fid, n in sent.items():
         qp = by_flow.get(fid)
-        out[str(fid)] = flow_record(qp, done.get(fid, []), n) if qp else unseen_flow(fid, n)
+        mine = done.get(fid, [])
+        out[str(fid)] = flow_record(qp, [e.msg_ns for e in mine], n) if qp else unseen_flow(fid, n)
+        if closed_loop:
+            out[str(fid)]["transport_rx"] = responder_side(qp, mine)
     return out
+
+
+def responder_side(qp: Mapping | None, done: list[MsgEvent]) -> dict:
+    """A QP's responder as transport.ResponderStats.to_dict() gives it: answers sent and
+    [message bytes, completion ns] per message (the kernel keeps no reorder buffer: its
+    kept packets are bits of the receive window, so buffered_max is not known)."""
+    qp = qp or {}
+    return {"acks": qp.get("acks", 0), "naks": qp.get("naks", 0), "cnps": qp.get("cnps", 0),
+            "discarded": qp.get("discarded", 0), "buffered_max": None,
+            "messages": [[e.msg_bytes, e.msg_ns] for e in done]}
 
 
 def water_filled(bins: Mapping[int, int], capacity: float) -> dict[int, int]:

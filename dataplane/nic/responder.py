@@ -74,7 +74,8 @@ class NicReq(ct.Structure):
 class MsgEvent(ct.Structure):
     """nic_events' record: a message whose every packet arrived."""
     _fields_ = [("daddr", ct.c_uint32), ("dqpn", ct.c_uint32), ("flow_id", ct.c_uint32),
-                ("msg_id", ct.c_uint32), ("done_ns", ct.c_uint64), ("msg_ns", ct.c_uint64)]
+                ("msg_id", ct.c_uint32), ("done_ns", ct.c_uint64), ("msg_ns", ct.c_uint64),
+                ("msg_bytes", ct.c_uint32), ("_pad", ct.c_uint32)]
 
 
 class QpKey(ct.Structure):
