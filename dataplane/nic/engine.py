@@ -14,6 +14,10 @@ with send_flows' rule (module doc of engine.c; docs/design/nic.md, "The send eng
         eng.go(time.monotonic_ns() + 10_000_000)
         report = eng.result(timeout=10)    # packets, bytes, errors, lateness_ns, ...
 
+A closed-loop run adds `reliable=Reliable(...)` (the engine reads the NIC's feedback,
+SendEngine's `feedback`); PFC adds `pfc=PausePlan(...)` (the engine reads the pauses the
+NIC booked, SendEngine's `pauses`; docs/design/nic.md, "PFC").
+
 The binary is compiled with gcc into /var/cache/railab/engine/railab-engine-<hash>
 (RAILAB_ENGINE_CACHE overrides the folder), keyed by the sources and gcc's version;
 `python -m dataplane.nic.engine` builds it and prints its path (scripts/setup.sh,

@@ -100,9 +100,9 @@ void map_pauses(int fd, uint32_t slots)
 
 int64_t gate(uint32_t port, uint8_t dscp, int64_t now)
 {
-    struct port_pause *s = &pp[port];
-    if (!pfc_on || !pauses || s->slot == NO_SLOT)
+    if (!pfc_on || !pauses || pp[port].slot == NO_SLOT)
         return 0;
+    struct port_pause *s = &pp[port];
     uint32_t q = prio_of[dscp & 63];
     if (s->storm_until[q] > now) {
         s->drops++;
