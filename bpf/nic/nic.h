@@ -78,7 +78,9 @@ struct nic_msg_event {
 #define NIC_C_BIN_OUT    15   /* delivered bytes outside the bins (before origin, past the last) */
 #define NIC_C_FEEDBACK   16   /* ACK, NAK or CNP for one of our requesters: booked in nic_reqs, dropped */
 #define NIC_C_FB_UNKNOWN 17   /* ACK, NAK or CNP for a QP that is not ours: passed */
-#define NIC_C_MAX        18
+#define NIC_C_PAUSE      18   /* PFC frame from a registered switch port: booked in nic_pauses, dropped */
+#define NIC_C_PAUSE_UNKNOWN 19 /* PFC frame from a MAC not in nic_pause_ports: passed */
+#define NIC_C_MAX        20
 
 #define NIC_REORDER_SLOTS 32   /* reorder_hist[min(distance, 31)] */
 #define NIC_LOG_SLOTS    128   /* lat_hist / msg_hist: see nic_log_slot() */
@@ -207,6 +209,30 @@ struct nic_req {
     __u32 nak_psn[NIC_NAK_RING];
     __u32 _pad[6];
 };                           /* 128 bytes */
+
+/* PFC (802.1Qbb) pauses a host port receives from its switch port: nic_pause_ports maps
+ * the switch port's MAC (6 bytes in a zeroed u64, memory order) to a slot of nic_pauses,
+ * a memory-mappable array the send engine reads (as nic_reqs). The program applies a
+ * frame as dataplane.wire.pfc.PauseState.apply does, without the watchdog (the engine's:
+ * it is about what the sender does with a stuck priority). One writer per slot: a port's
+ * frames arrive in one NAPI context at a time. */
+#ifndef NIC_MAX_PAUSES
+#define NIC_MAX_PAUSES 256
+#endif
+#define NIC_PRIOS 8
+
+struct nic_pause {
+    __u64 until_ns[NIC_PRIOS];   /* the priority sends again at (CLOCK_MONOTONIC); a refresh
+                                  * restarts it, XON (quanta 0) sets it to the frame's arrival */
+    __u64 opened_ns[NIC_PRIOS];  /* start of the latest pause not yet closed (0: none); it is
+                                  * the pause in force while until_ns is ahead */
+    __u64 paused_ns[NIC_PRIOS];  /* pauses closed (by XON, or expired and followed by a frame) */
+    __u64 frames;                /* PFC frames booked */
+    __u64 xon;                   /* of their priorities, XONs that ended a pause in force */
+    __u64 quantum_ps;            /* wall picoseconds per pause quantum (written by Python:
+                                  * 512 bit times at the nominal speed through the lab's scale) */
+    __u64 _pad[5];
+};                               /* 256 bytes */
 
 /* CRC-32 (reflected 0xEDB88320) lookup table, written by Python: no .rodata in bcc. */
 struct nic_crc_table {

@@ -16,7 +16,9 @@
  * The answer is the frame itself, rewritten and trimmed, sent back with XDP_TX: one frame
  * out per frame in. When a CNP is due together with an ACK or NAK, the ACK/NAK goes with
  * BECN set (IBA annex A10 lets an ACK carry it) and the CNP waits for the next CE mark.
- * Everything else (other traffic, ACKs and CNPs for our own requester, data frames not
+ * ACKs, NAKs and CNPs for our own requester QPs are booked in nic_reqs, PFC frames from a
+ * known switch port in nic_pauses (both read by the send engine) and dropped.
+ * Everything else (other traffic, feedback for QPs not ours, data frames not
  * answered) goes on with XDP_PASS, so the Python hosts keep working beside it.
  *
  * bcc rewrites map accesses in this file only: every map lookup lives here. */
@@ -44,6 +46,9 @@ BPF_ARRAY(nic_qp_zero, struct nic_qp_blank, 1);
 /* the requester side (nic.h): our QPs' slots, and what came back for them */
 BPF_HASH(nic_req_slots, struct nic_qp_key, __u32, NIC_MAX_REQS);
 BPF_F_TABLE("array", __u32, struct nic_req, nic_reqs, NIC_MAX_REQS, BPF_F_MMAPABLE);
+/* PFC from the switch ports we know (nic.h): their MACs' slots, and the pauses */
+BPF_HASH(nic_pause_ports, __u64, __u32, NIC_MAX_PAUSES);
+BPF_F_TABLE("array", __u32, struct nic_pause, nic_pauses, NIC_MAX_PAUSES, BPF_F_MMAPABLE);
 
 #define NIC_SEND_NONE 0
 #define NIC_SEND_ACK  1
@@ -110,6 +115,55 @@ static __always_inline int nic_book_feedback(const struct nic_fb *fb)
     if (fb->becn)
         __sync_fetch_and_add(&r->becns, 1);
     __sync_fetch_and_add(&r->acks, 1);
+    return 1;
+}
+
+/* A PFC frame from a switch port in nic_pause_ports, applied to its nic_pauses slot as
+ * PauseState.apply does (the watchdog is the engine's). Returns -1 for no PFC frame, 0 for
+ * one from an unknown MAC, 1 when booked. */
+static __always_inline int nic_book_pause(void *data, void *data_end)
+{
+    struct nic_pfc_frame *f = data;
+    struct nic_pause *p;
+    __u64 mac = 0, now, until, opened, q;
+    __u32 *slot, vector;
+    int was;
+
+    if ((void *)(f + 1) > data_end || f->eth.h_proto != nic_htons(ETH_P_MAC_CONTROL) ||
+        f->opcode != nic_htons(PFC_OPCODE))
+        return -1;
+    __builtin_memcpy(&mac, f->eth.h_source, ETH_ALEN);
+    slot = nic_pause_ports.lookup(&mac);
+    if (!slot)
+        return 0;
+    p = nic_pauses.lookup(slot);
+    if (!p)
+        return 0;
+    now = bpf_ktime_get_ns();
+    vector = nic_ntohs(f->vector);
+    p->frames++;
+#pragma unroll
+    for (int i = 0; i < NIC_PRIOS; i++) {
+        if (!(vector & (1u << i)))
+            continue;
+        q = nic_ntohs(f->time[i]);
+        until = p->until_ns[i];
+        opened = p->opened_ns[i];
+        was = until > now;
+        if (opened && (!was || !q)) {
+            /* an expired pause lasted until its time ran out; an XON ends one in force now */
+            p->paused_ns[i] += (was ? now : until) - opened;
+            p->opened_ns[i] = 0;
+        }
+        if (!q) {
+            p->xon += was;
+            p->until_ns[i] = now;
+            continue;
+        }
+        if (!was)
+            p->opened_ns[i] = now;      /* before until_ns: the engine reads until_ns first */
+        p->until_ns[i] = now + q * p->quantum_ps / 1000;   /* a refresh restarts the time */
+    }
     return 1;
 }
 
@@ -226,6 +280,16 @@ int xdp_nic_responder(struct xdp_md *ctx)
             }
             nic_count(NIC_C_FB_UNKNOWN);
         }
+    }
+    if (why == NIC_C_NOT_ROCE) {
+        r = nic_book_pause(data, data_end);
+        if (r > 0) {
+            nic_count(NIC_C_PAUSE);
+            nic_count(NIC_C_DROP);
+            return XDP_DROP;
+        }
+        if (r == 0)
+            nic_count(NIC_C_PAUSE_UNKNOWN);   /* a Python PauseListener may read it */
     }
     if (why) {
         nic_count(why);

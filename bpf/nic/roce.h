@@ -95,6 +95,18 @@ struct nic_cnp_frame {
     __u8          icrc[ICRC_LEN];
 } __attribute__((packed));   /* 74 bytes */
 
+/* A PFC frame (802.1Qbb; dataplane.wire.pfc.build_frame): MAC control, opcode 0x0101, the
+ * class-enable vector (bit p: time[p] is valid), eight pause times in quanta (0: XON) */
+#define ETH_P_MAC_CONTROL 0x8808
+#define PFC_OPCODE        0x0101
+
+struct nic_pfc_frame {
+    struct ethhdr eth;
+    __be16        opcode;
+    __be16        vector;
+    __be16        time[8];
+} __attribute__((packed));
+
 /* What the program keeps of a parsed railab data frame (host order unless noted). */
 struct nic_rx {
     __u32 saddr, daddr;      /* network order */

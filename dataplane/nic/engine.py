@@ -14,6 +14,10 @@ with send_flows' rule (module doc of engine.c; docs/design/nic.md, "The send eng
         eng.go(time.monotonic_ns() + 10_000_000)
         report = eng.result(timeout=10)    # packets, bytes, errors, lateness_ns, ...
 
+A closed-loop run adds `reliable=Reliable(...)` (the engine reads the NIC's feedback,
+SendEngine's `feedback`); PFC adds `pfc=PausePlan(...)` (the engine reads the pauses the
+NIC booked, SendEngine's `pauses`; docs/design/nic.md, "PFC").
+
 The binary is compiled with gcc into /var/cache/railab/engine/railab-engine-<hash>
 (RAILAB_ENGINE_CACHE overrides the folder), keyed by the sources and gcc's version;
 `python -m dataplane.nic.engine` builds it and prints its path (scripts/setup.sh,
@@ -37,6 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, Sequence
 
+from dataplane import timescale
 from dataplane.errors import UsageError
 from dataplane.wire import roce
 
@@ -52,6 +57,8 @@ _PORT = struct.Struct("<256s32s")                        # 288 B
 _FLOW = struct.Struct("<II6s6s4s4sHBBB3xIIIIdII")        # 68 B
 _MSG = struct.Struct("<IIQ")                             # 16 B
 _TRANSPORT = struct.Struct("<IIQIIdQQQIIdddQQ")          # 104 B, then a f64 line rate per port
+_PFC = struct.Struct("<QQ64s")                           # 80 B, then a u32 pause slot per port
+NO_SLOT = 0xFFFFFFFF
 TRANSPORT_KINDS = {"go-back-n": 1, "selective-repeat": 2}
 _DUMP_REC = struct.Struct("<IIqqI")
 KINDS = {"send": 0, "write": 1}
@@ -88,6 +95,49 @@ class Reliable:
         return head + b"".join(struct.pack("<d", float(self.line_bps[k])) for k in port_keys)
 
 
+@dataclass(frozen=True)
+class PausePlan:
+    """PFC for the engine (pause.c): a flow's data frames wait while its port's switch
+    pauses its priority. priorities: DSCP -> priority (any other DSCP: 0, lossy); slots:
+    per port key (write_schedule's `ports`), its nic_pauses slot
+    (NicResponder.add_pause_port), a port missing or None is never paused;
+    watchdog_ns, restore_ns: the PFC watchdog in wall ns (0: none)."""
+    priorities: Mapping[int, int]
+    slots: Mapping[str, int | None]
+    watchdog_ns: int = 0
+    restore_ns: int = 0
+
+    @classmethod
+    def from_host_plan(cls, plan: Mapping, slots: Mapping[str, int | None]) -> "PausePlan":
+        """From the runner's host_pause_plan (priorities by DSCP string, real-fabric
+        watchdog_s / restore_s, scale)."""
+        scale = plan.get("scale")
+        return cls({int(d): int(p) for d, p in plan["priorities"].items()}, slots,
+                   int(timescale.wall_seconds(plan.get("watchdog_s", 0.0), scale) * 1e9),
+                   int(timescale.wall_seconds(plan.get("restore_s", 0.0), scale) * 1e9))
+
+    def section(self, port_keys: Sequence[str]) -> bytes:
+        prio = bytearray(64)
+        for dscp, p in self.priorities.items():
+            if not 0 <= dscp < 64 or not 0 <= p < 8:
+                raise ValueError(f"PFC: DSCP {dscp} -> priority {p} (0..63 -> 0..7)")
+            prio[dscp] = p
+        if min(self.watchdog_ns, self.restore_ns) < 0:
+            raise ValueError("PFC watchdog and restore times must be >= 0")
+        slots = [self.slots.get(k) for k in port_keys]
+        if any(s is not None and not 0 <= s < NO_SLOT for s in slots):
+            raise ValueError(f"PFC: bad pause slots {slots}")
+        return _PFC.pack(self.watchdog_ns, self.restore_ns, bytes(prio)) + \
+            b"".join(struct.pack("<I", NO_SLOT if s is None else s) for s in slots)
+
+
+def port_reports(report: Mapping, port_keys: Sequence[str]) -> dict[str, dict]:
+    """The engine report's per-port PFC figures (pause_frames_received, xon_received,
+    watchdog_trips, paused_ns by priority, paused_waits, watchdog_drops) by port key, in
+    the order write_schedule was given the ports."""
+    return {port_keys[int(i)]: rep for i, rep in (report.get("pfc") or {}).items()}
+
+
 class EngineError(RuntimeError):
     """The engine could not be built, did not start or failed (one line: its own words)."""
 
@@ -109,7 +159,7 @@ def _mac(text: str) -> bytes:
 def write_schedule(path: str | os.PathLike, ports: Mapping[str, tuple[str | None, str]],
                    flows: Mapping[str, Sequence[tuple]], *, duration_s: float | None = None,
                    burst: int = 8, burst_ns: int = 20_000_000, ecn: int = roce.ECN_ECT0,
-                   reliable: Reliable | None = None) -> int:
+                   reliable: Reliable | None = None, pfc: PausePlan | None = None) -> int:
     """Write the engine's schedule file; returns how many packets it holds.
 
     ports: port key (e.g. "h1:eth0") -> (netns, ifname); netns None or "" = the
@@ -118,7 +168,8 @@ def write_schedule(path: str | os.PathLike, ports: Mapping[str, tuple[str | None
     defaults to FlowFramer's. Each Flow's messages, rate_bps (Ethernet frame bits per
     wall-clock second, 0: unpaced; as send_flows takes it, the lab's scale already applied), mtu, opcode kind, DSCP, addresses and QPs go in as they are; every
     frame has `ecn`. duration_s, burst, burst_ns: as send_flows'. reliable: a closed-loop
-    run (every flow a reliable QP whose feedback is nic_reqs slot = its index in the file)."""
+    run (every flow a reliable QP whose feedback is nic_reqs slot = its index in the file).
+    pfc: honour the switches' pauses (the burst credit is then one packet)."""
     keys = list(ports)
     unknown = set(flows) - set(keys)
     if unknown:
@@ -141,12 +192,13 @@ def write_schedule(path: str | os.PathLike, ports: Mapping[str, tuple[str | None
             nflows += 1
             packets += f.total_packets
     tail = reliable.section(keys) if reliable is not None else b""
+    pfc_tail = pfc.section(keys) if pfc is not None else b""
     head = [_HDR.pack(MAGIC, VERSION, len(keys), nflows, burst, burst_ns,
-                      int(duration_s * 1e9) if duration_s else 0, len(tail), 0)]
+                      int(duration_s * 1e9) if duration_s else 0, len(tail), len(pfc_tail))]
     for key in keys:
         netns, ifname = ports[key]
         head.append(_PORT.pack((netns or "").encode(), ifname.encode()))
-    body.append(tail)
+    body += [tail, pfc_tail]
     tmp = Path(f"{path}.tmp{os.getpid()}")
     tmp.write_bytes(b"".join(head + body))
     os.replace(tmp, path)
@@ -156,7 +208,7 @@ def write_schedule(path: str | os.PathLike, ports: Mapping[str, tuple[str | None
 def read_schedule(path: str | os.PathLike) -> dict:
     """A schedule file back as plain data (tests, debugging)."""
     data = Path(path).read_bytes()
-    magic, version, nports, nflows, burst, burst_ns, duration_ns, transport_len, _ = _HDR.unpack_from(data)
+    magic, version, nports, nflows, burst, burst_ns, duration_ns, transport_len, pfc_len = _HDR.unpack_from(data)
     if magic != MAGIC or version != VERSION:
         raise ValueError(f"{path}: not a version {VERSION} engine schedule")
     off = _HDR.size
@@ -186,10 +238,18 @@ def read_schedule(path: str | os.PathLike) -> dict:
                      "rto_ns": fields[2], "burst_packets": fields[3], "dcqcn": bool(fields[4]),
                      "limit_ns": fields[14], "sample_ns": fields[15], "line_bps": list(lines)}
         off += transport_len
+    pfc = None
+    if pfc_len:
+        watchdog_ns, restore_ns, prio = _PFC.unpack_from(data, off)
+        slots = struct.unpack_from(f"<{nports}I", data, off + _PFC.size)
+        pfc = {"watchdog_ns": watchdog_ns, "restore_ns": restore_ns,
+               "priorities": {d: p for d, p in enumerate(prio) if p},
+               "slots": [None if s == NO_SLOT else s for s in slots]}
+        off += pfc_len
     if off != len(data):
         raise ValueError(f"{path}: {len(data) - off} bytes after the last flow")
     return {"version": version, "ports": ports, "flows": flows, "burst": burst,
-            "burst_ns": burst_ns, "duration_ns": duration_ns, "transport": transport}
+            "burst_ns": burst_ns, "duration_ns": duration_ns, "transport": transport, "pfc": pfc}
 
 
 def read_dump(path: str | os.PathLike) -> list[tuple[int, int, int, int, bytes]]:
@@ -265,12 +325,16 @@ class SendEngine:
 
     def __init__(self, schedule_path: str | os.PathLike, *, fifo: bool = True,
                  cpu: int | None = None, spin_ns: int | None = None, batch: int | None = None,
-                 ready_timeout: float = 30.0, feedback: tuple[int, int] | None = None):
+                 ready_timeout: float = 30.0, feedback: tuple[int, int] | None = None,
+                 pauses: tuple[int, int] | None = None):
         """feedback: (fd, slots) of the NIC's nic_reqs for a closed-loop schedule
-        (NicResponder.requesters_fd, max_reqs); the engine inherits the fd."""
+        (NicResponder.requesters_fd, max_reqs); pauses: (fd, slots) of its nic_pauses for
+        a schedule with PFC (pauses_fd, max_pauses). The engine inherits the fds."""
         argv = [str(engine_binary()), str(schedule_path)]
         if feedback is not None:
             argv += ["--feedback-fd", str(feedback[0]), "--feedback-slots", str(feedback[1])]
+        if pauses is not None:
+            argv += ["--pause-fd", str(pauses[0]), "--pause-slots", str(pauses[1])]
         if not fifo:
             argv.append("--no-fifo")
         for flag, value in (("--cpu", cpu), ("--spin-ns", spin_ns), ("--batch", batch)):
@@ -279,7 +343,8 @@ class SendEngine:
         self._stderr = tempfile.TemporaryFile()
         self._buf = b""
         self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=self._stderr, pass_fds=(feedback[0],) if feedback else ())
+                                     stderr=self._stderr,
+                                     pass_fds=tuple(x[0] for x in (feedback, pauses) if x))
         try:
             line = self._readline(ready_timeout)
             if line != "ready":
@@ -332,7 +397,8 @@ class SendEngine:
 
     def result(self, timeout: float | None = None) -> dict:
         """The engine's report (one JSON object: packets, bytes, errors, elapsed_s,
-        per_flow_packets with int flow ids as keys, lateness_ns, engine) once it is done."""
+        per_flow_packets with int flow ids as keys, lateness_ns, engine; with PFC, per port
+        index "pfc": port_reports) once it is done."""
         line = self._readline(timeout)
         try:
             rep = json.loads(line)

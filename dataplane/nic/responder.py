@@ -36,12 +36,14 @@ MODES = {"off": 0, "count": 1, "respond": 2}
 F_CONSUME, F_OPEN_LOOP, F_SELECTIVE = 1, 2, 4
 COUNTERS = ("rx", "not_roce", "not_data", "no_railab", "data", "qp_full", "acks", "naks",
             "cnps", "cnp_deferred", "pass", "drop", "tx_fail", "no_table", "event_lost",
-            "bin_out", "feedback", "feedback_unknown")
-C_MAX = 18
+            "bin_out", "feedback", "feedback_unknown", "pause", "pause_unknown")
+C_MAX = 20
 SEEN_BITS = 128
 MAX_REQS = 1024
 NAK_RING = 16
 REQ_ACKED = 1
+MAX_PAUSES = 256
+PRIOS = 8
 REORDER_SLOTS = 32
 LOG_SLOTS = 128
 MSG_SLOTS = 8
@@ -69,6 +71,13 @@ class NicReq(ct.Structure):
     _fields_ = [("acks", ct.c_uint64), ("naks", ct.c_uint64), ("cnps", ct.c_uint64),
                 ("becns", ct.c_uint64), ("ack_psn", ct.c_uint32), ("flags", ct.c_uint32),
                 ("nak_psn", ct.c_uint32 * NAK_RING), ("_pad", ct.c_uint32 * 6)]
+
+
+class NicPause(ct.Structure):
+    """nic_pauses' value: the PFC pauses one host port received from its switch port (nic.h)."""
+    _fields_ = [("until_ns", ct.c_uint64 * PRIOS), ("opened_ns", ct.c_uint64 * PRIOS),
+                ("paused_ns", ct.c_uint64 * PRIOS), ("frames", ct.c_uint64), ("xon", ct.c_uint64),
+                ("quantum_ps", ct.c_uint64), ("_pad", ct.c_uint64 * 5)]
 
 
 class MsgEvent(ct.Structure):
@@ -164,6 +173,14 @@ def _qp_key(address: str, qpn: int) -> QpKey:
     return QpKey(socket.htonl(int(ipaddress.IPv4Address(address))), qpn)
 
 
+def _mac_key(mac: str) -> ct.c_uint64:
+    """nic_pause_ports' key: the MAC's 6 bytes in memory order in a zeroed u64."""
+    raw = bytes.fromhex(mac.replace(":", ""))
+    if len(raw) != 6:
+        raise ValueError(f"bad MAC address {mac!r}")
+    return ct.c_uint64.from_buffer_copy(raw + b"\0\0")
+
+
 def _ip(be: int) -> str:
     return str(ipaddress.IPv4Address(socket.ntohl(be)))
 
@@ -212,13 +229,15 @@ def loss_dict(q: NicQp) -> dict:
 class NicResponder(Closing):
     """The responder object: load, configure, attach, read, close (module doc)."""
 
-    def __init__(self, *, max_qps: int = DEFAULT_MAX_QPS, max_reqs: int = MAX_REQS, **config):
+    def __init__(self, *, max_qps: int = DEFAULT_MAX_QPS, max_reqs: int = MAX_REQS,
+                 max_pauses: int = MAX_PAUSES, **config):
         if not 1 <= max_qps <= 1 << 20:
             raise ValueError("max_qps must be 1..2**20")
-        if not 1 <= max_reqs <= 1 << 20:
-            raise ValueError("max_reqs must be 1..2**20")
-        self.max_qps, self.max_reqs = max_qps, max_reqs
-        self.cflags = [f"-I{NIC_DIR}", f"-DNIC_MAX_QPS={max_qps}", f"-DNIC_MAX_REQS={max_reqs}"]
+        if not 1 <= max_reqs <= 1 << 20 or not 1 <= max_pauses <= 1 << 16:
+            raise ValueError("max_reqs must be 1..2**20, max_pauses 1..2**16")
+        self.max_qps, self.max_reqs, self.max_pauses = max_qps, max_reqs, max_pauses
+        self.cflags = [f"-I{NIC_DIR}", f"-DNIC_MAX_QPS={max_qps}", f"-DNIC_MAX_REQS={max_reqs}",
+                       f"-DNIC_MAX_PAUSES={max_pauses}"]
         self._object = bpfcache.load(RESPONDER_C, self.cflags, {
             PROG_NAME: bpfcache.PROG_XDP, PASS_PROG_NAME: bpfcache.PROG_XDP})
         self._attached: list[tuple[str | None, int, int]] = []    # (netns, ifindex, prog fd)
@@ -303,6 +322,37 @@ class NicResponder(Closing):
         key = QpKey()
         while lib.bpf_get_next_key(fd, None, ct.byref(key)) == 0:
             self.maps.delete("nic_req_slots", key)
+
+    # ------------------------------------------------------------ PFC
+    def add_pause_port(self, switch_mac: str, slot: int, quantum_ns: float) -> None:
+        """Book the PFC frames from `switch_mac` (the switch port a host port faces) in
+        nic_pauses[slot] (zeroed now) and drop them there. quantum_ns: wall ns of one pause
+        quantum (dataplane.wire.pfc.quanta_wall_seconds(1, nominal_bps, scale) * 1e9)."""
+        if not 0 <= slot < self.max_pauses:
+            raise ValueError(f"pause slot {slot}: this NIC has {self.max_pauses}")
+        if not 0 < quantum_ns < 2**32:
+            raise ValueError(f"quantum_ns {quantum_ns}: must be > 0 (and under 4 s)")
+        self.maps.update("nic_pauses", ct.c_uint32(slot), NicPause(quantum_ps=round(quantum_ns * 1000)))
+        self.maps.update("nic_pause_ports", _mac_key(switch_mac), ct.c_uint32(slot))
+
+    def pause(self, slot: int) -> NicPause:
+        """nic_pauses[slot] as the program left it."""
+        p = NicPause()
+        self.maps.lookup("nic_pauses", ct.c_uint32(slot), p)
+        return p
+
+    @property
+    def pauses_fd(self) -> int:
+        """The fd of nic_pauses (memory-mappable, max_pauses x 256 bytes): the send engine's view."""
+        return self.maps.fds["nic_pauses"]
+
+    def _clear_pause_ports(self) -> None:
+        lib, fd = bpfio._lib(), self.maps.fds["nic_pause_ports"]
+        key, slot = ct.c_uint64(), ct.c_uint32()
+        while lib.bpf_get_next_key(fd, None, ct.byref(key)) == 0:
+            if self.maps.lookup("nic_pause_ports", key, slot):
+                self.maps.update("nic_pauses", slot, NicPause())
+            self.maps.delete("nic_pause_ports", key)
 
     # ------------------------------------------------------------ attach / detach
     @staticmethod
@@ -396,11 +446,12 @@ class NicResponder(Closing):
         return [MsgEvent.from_buffer_copy(r) for r in self._events.read()]
 
     def reset(self) -> None:
-        """Forget every QP, zero the counters and bins and drop unread events (the
-        configuration stays)."""
+        """Forget every QP, requester and pause port (their pause slots zeroed), zero the
+        counters and bins and drop unread events (the configuration stays)."""
         for key in self._keys():
             self.maps.delete("nic_qps", key)
         self._clear_requesters()
+        self._clear_pause_ports()
         for i in range(C_MAX):
             self.maps.zero_percpu("nic_counters", i, ct.c_uint64)
         for i in self.rx_bins():

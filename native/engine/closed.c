@@ -10,7 +10,9 @@
  *  - pacing: a QP at its DCQCN rate (or the line rate), all QPs of a port at most at
  *    the port's line rate together, round-robin among the QPs that may send;
  *  - DCQCN reaction point (transport.Dcqcn): CNP cuts, alpha decay, timer and byte
- *    counter increases, fast recovery, additive and hyper increase.
+ *    counter increases, fast recovery, additive and hyper increase;
+ *  - PFC (pause.c): a QP whose priority is paused waits (its timers run on), and the
+ *    watchdog's drops count as sent.
  *
  * The feedback comes from the XDP NIC on the host ports: nic_reqs (bpf/nic/nic.h), a
  * memory-mapped array written by the program and only read here. ACK PSNs are
@@ -351,8 +353,9 @@ static void sample(int64_t now, int64_t start)
     }
 }
 
-/* Puts flow fi's packet at `pos` into its port's batch and moves its pacing on. */
-static void send_position(uint32_t fi, uint32_t pos, int64_t now, int64_t start)
+/* Puts flow fi's packet at `pos` into its port's batch (drop: the PFC watchdog's, it
+ * counts as sent and is not transmitted, as reliable._send) and moves its pacing on. */
+static void send_position(uint32_t fi, uint32_t pos, int64_t now, int64_t start, int drop)
 {
     struct flow *f = &flows[fi];
     struct qp *q = f->qp;
@@ -366,12 +369,15 @@ static void send_position(uint32_t fi, uint32_t pos, int64_t now, int64_t start)
     f->pi = pos - q->first[lo];
     f->npk = q->first[lo + 1] - q->first[lo];
     f->seq = pos;
-    int k = p->n++;
+    int k = p->n;                /* the caller left room: k < BATCH_MAX */
     uint8_t *b = p->bufs + p->slot * (size_t)k;
     size_t len = build_frame(f, b, now, start + (int64_t)f->msgs[lo].start_ns);
-    p->iov[k].iov_len = len;
-    p->flow_of[k] = fi;
-    note_lateness(now > f->due ? (uint64_t)(now - f->due) : 0);
+    if (!drop) {
+        p->n++;
+        p->iov[k].iov_len = len;
+        p->flow_of[k] = fi;
+        note_lateness(now > f->due ? (uint64_t)(now - f->due) : 0);
+    }
 
     double bits = (double)len * 8;
     double rate = tp.dcqcn ? q->rc : q->line;
@@ -410,6 +416,8 @@ int64_t run_closed(int64_t start)
         die("out of memory");
     for (uint32_t p = 0; p < nports; p++)
         port_free[p] = start;
+    if (pfc_on)
+        tp.burst_packets = 1;    /* no burst above the rate after a pause (reliable.run's) */
     for (uint32_t i = 0; i < nflows; i++) {
         struct flow *f = &flows[i];
         struct qp *q = &qps[i];
@@ -497,7 +505,14 @@ int64_t run_closed(int64_t start)
             }
             if (ports[f->port].n >= BATCH_MAX)
                 break;
-            send_position(fi, pos, now, start);
+            int64_t until = gate(f->port, f->dscp, now);
+            if (until > 0) {     /* PFC: its priority is paused; its timers run on */
+                int64_t recheck = until < now + PAUSE_RECHECK_NS ? until : now + PAUSE_RECHECK_NS;
+                f->due = recheck > f->due ? recheck : f->due;
+                heap_down(0);
+                continue;
+            }
+            send_position(fi, pos, now, start, until < 0);
             f->served = ++served_stamp;
             heap_down(0);
             total++;

@@ -24,10 +24,15 @@
  * books the ACKs, NAKs and CNPs in nic_reqs, which the engine maps (--feedback-fd, an
  * inherited fd of the map, --feedback-slots its entries) and reads without system calls.
  *
+ * PFC (pause.c): a schedule with a PFC section holds a flow's data frames while its
+ * switch port pauses its priority (DSCP -> priority), as the XDP NIC books the pause frames
+ * in nic_pauses (--pause-fd, --pause-slots), with the PFC watchdog; the burst credit is
+ * then one packet (a NIC cannot make up for a pause above its line rate).
+ *
  * Schedule file (little-endian), version 2:
  *   header  48 B: "RLENGSCH", u32 version, u32 nports, u32 nflows, u32 burst,
  *                 u64 burst_ns, u64 duration_ns (0: none), u32 transport_len (0: open
- *                 loop), u32 reserved
+ *                 loop), u32 pfc_len (0: no PFC)
  *   port   288 B: char netns[256] (""=this namespace, "/..."=a path, else /var/run/netns/NAME),
  *                 char ifname[32]
  *   flow    68 B: u32 port, u32 flow_id, u8 src_mac[6], u8 dst_mac[6], u8 src_ip[4],
@@ -37,6 +42,7 @@
  *                 (closed loop: its nic_reqs slot),
  *           then nmsgs x 16 B: u32 msg_id, u32 size, u64 start_ns (offset from the start)
  *   transport (transport_len bytes, closed.c's load_transport)
+ *   PFC (pfc_len bytes, pause.c's load_pfc)
  * Dump file: "RLENGDMP", u32 version 1, u32 0, then per frame: u32 port, u32 flow index,
  *            i64 due_ns, i64 ts_ns, u32 length, frame bytes.
  */
@@ -154,7 +160,7 @@ static void load_schedule(const char *path)
     burst = le32(h + 20);
     burst_ns = le64(h + 24);
     duration_ns = le64(h + 32);
-    uint32_t transport_len = le32(h + 40);
+    uint32_t transport_len = le32(h + 40), pfc_len = le32(h + 44);
     if (nports > 4096 || nflows > (1u << 24))
         die("%s: %u ports, %u flows: too many", path, nports, nflows);
     ports = calloc(nports ? nports : 1, sizeof *ports);
@@ -221,6 +227,8 @@ static void load_schedule(const char *path)
     }
     if (transport_len)
         load_transport(take(&r, transport_len, "transport"), transport_len, path);
+    if (pfc_len)
+        load_pfc(take(&r, pfc_len, "PFC"), pfc_len, path);
     if (r.off != r.len)
         die("%s: %zu bytes after the last flow", path, r.len - r.off);
     free(buf);
@@ -606,21 +614,27 @@ void flush_port(struct port *p)
     p->n = 0;
 }
 
-static void emit(uint32_t fi, int64_t now, int64_t start)
+/* Flow fi's next packet into its port's batch (drop: the PFC watchdog's, built for its
+ * length and PSN, counted in errors, not sent), and its pacing on. */
+static void emit(uint32_t fi, int64_t now, int64_t start, int drop)
 {
     struct flow *f = &flows[fi];
     struct port *p = &ports[f->port];
     if (f->pi == 0)
         f->msg_start = now;
-    int k = p->n++;
+    int k = p->n;                          /* the caller left room: k < BATCH_MAX */
     uint8_t *b = p->bufs + p->slot * (size_t)k;
     size_t len = build_frame(f, b, now, f->msg_start);
-    p->iov[k].iov_len = len;
-    p->flow_of[k] = fi;
     int64_t due = f->due;
-    uint64_t late = now > due ? (uint64_t)(now - due) : 0;
-    note_lateness(late);
-    if (dumping) {
+    if (drop) {
+        n_errors++;                        /* as send_flows counts a watchdog drop */
+    } else {
+        p->n++;
+        p->iov[k].iov_len = len;
+        p->flow_of[k] = fi;
+        note_lateness(now > due ? (uint64_t)(now - due) : 0);
+    }
+    if (dumping && !drop) {
         uint32_t hdr[2] = {f->port, fi};
         int64_t t[2] = {due, now};
         uint32_t l = (uint32_t)len;
@@ -679,10 +693,17 @@ static int64_t run(int64_t start)
         now = breathe(now);
         int total = 0;
         while (heap_n && flows[heap[0]].due <= now && total < batch_max) {
-            struct port *p = &ports[flows[heap[0]].port];
+            struct flow *f = &flows[heap[0]];
+            struct port *p = &ports[f->port];
             if (p->n >= BATCH_MAX)
                 break;
-            emit(heap[0], now, start);
+            int64_t until = gate(f->port, f->dscp, now);
+            if (until > 0) {               /* paused: wait, looking again for an XON */
+                f->due = until < now + PAUSE_RECHECK_NS ? until : now + PAUSE_RECHECK_NS;
+                heap_down(0);
+                continue;
+            }
+            emit(heap[0], now, start, until < 0);
             total++;
         }
         for (uint32_t i = 0; i < nports; i++)
@@ -698,7 +719,8 @@ static int64_t run(int64_t start)
 static void usage(void)
 {
     fprintf(stderr, "usage: %s SCHEDULE [--dump FILE [--start NS]] [--no-fifo] [--cpu N] "
-                    "[--spin-ns NS] [--batch N] [--feedback-fd FD --feedback-slots N]\n", prog);
+                    "[--spin-ns NS] [--batch N] [--feedback-fd FD --feedback-slots N] "
+                    "[--pause-fd FD --pause-slots N]\n", prog);
     exit(2);
 }
 
@@ -716,8 +738,8 @@ int main(int argc, char **argv)
 {
     const char *sched = NULL, *dump = NULL;
     int64_t vstart = 1000000000LL;
-    int want_fifo = 1, cpu = -1, feedback_fd = -1;
-    long long feedback_slots = 0;
+    int want_fifo = 1, cpu = -1, feedback_fd = -1, pause_fd = -1;
+    long long feedback_slots = 0, pause_slots = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--dump") && i + 1 < argc) dump = argv[++i];
@@ -732,6 +754,8 @@ int main(int argc, char **argv)
         else if (!strcmp(a, "--batch") && i + 1 < argc) batch_max = (int)num_arg(a, argv[++i]);
         else if (!strcmp(a, "--feedback-fd") && i + 1 < argc) feedback_fd = (int)num_arg(a, argv[++i]);
         else if (!strcmp(a, "--feedback-slots") && i + 1 < argc) feedback_slots = num_arg(a, argv[++i]);
+        else if (!strcmp(a, "--pause-fd") && i + 1 < argc) pause_fd = (int)num_arg(a, argv[++i]);
+        else if (!strcmp(a, "--pause-slots") && i + 1 < argc) pause_slots = num_arg(a, argv[++i]);
         else if (a[0] == '-' || sched) usage();
         else sched = a;
     }
@@ -753,6 +777,17 @@ int main(int argc, char **argv)
         if (feedback_fd < 0 || feedback_slots < 1 || feedback_slots > (1 << 20))
             die("a closed-loop schedule needs --feedback-fd FD --feedback-slots N (1..%d)", 1 << 20);
         map_feedback(feedback_fd, (uint32_t)feedback_slots);
+    }
+    if (pfc_on) {
+        /* under PFC a flow does not make up for a pause with a burst above its rate */
+        burst = 1;
+        burst_ns = 0;
+    }
+    if (pause_fd >= 0 || (pfc_needs_pauses() && !dump)) {
+        if (!pfc_on || pause_fd < 0 || pause_slots < 1 || pause_slots > (1 << 16))
+            die("PFC needs a schedule with a PFC section and --pause-fd FD --pause-slots N (1..%d)",
+                1 << 16);
+        map_pauses(pause_fd, (uint32_t)pause_slots);
     }
 
     if (dump) {
@@ -842,6 +877,8 @@ int main(int argc, char **argv)
     printf("}, ");
     if (closed_loop)
         print_transport();
+    if (pfc_on)
+        print_pfc(t_end);
     printf("\"lateness_ns\": {\"count\": %llu, \"p50\": %llu, \"p90\": %llu, \"p99\": %llu, "
            "\"max\": %llu}, ",
            (unsigned long long)late_count, (unsigned long long)hist_pct(0.5),
@@ -851,12 +888,13 @@ int main(int argc, char **argv)
            "\"batches\": %llu, \"syscalls\": %llu, \"retries\": %llu, \"sleeps\": %llu, \"breathers\": %llu, "
            "\"batch_max\": %d, \"spin_ns\": %lld, \"fifo\": %s, \"cpu\": %d, \"dump\": %s, "
            "\"stopped\": %s, \"cut_by_duration\": %s, \"unsent_flows\": %u, \"start_ns\": %lld, "
-           "\"last_errno\": %d}}\n",
+           "\"last_errno\": %d, \"burst\": %u, \"burst_ns\": %llu}}\n",
            SCHED_VERSION, nports, dump ? 0 : nports, nflows, (unsigned long long)n_batches,
            (unsigned long long)n_syscalls, (unsigned long long)n_retries,
            (unsigned long long)n_sleeps, (unsigned long long)n_breathers, batch_max, (long long)spin_ns, fifo ? "true" : "false",
            cpu, dump ? "true" : "false", stop_flag ? "true" : "false",
-           (heap_n && !stop_flag) ? "true" : "false", heap_n, (long long)start, last_errno);
+           (heap_n && !stop_flag) ? "true" : "false", heap_n, (long long)start, last_errno,
+           burst, (unsigned long long)burst_ns);
     fflush(stdout);
     return 0;
 }

@@ -132,6 +132,16 @@ int64_t breathe(int64_t now);
 void flush_port(struct port *p);
 void note_lateness(uint64_t late);
 
+/* pause.c */
+#define PAUSE_RECHECK_NS 200000  /* a paused flow looks for an XON this often (sender.py's) */
+extern int pfc_on;             /* the schedule holds a PFC section */
+void load_pfc(const uint8_t *p, size_t len, const char *path);
+int pfc_needs_pauses(void);    /* some port has a nic_pauses slot */
+void map_pauses(int fd, uint32_t slots);
+/* 0: send now; -1: the PFC watchdog drops the frame; else until when its priority is paused */
+int64_t gate(uint32_t port, uint8_t dscp, int64_t now);
+void print_pfc(int64_t now);
+
 /* closed.c */
 extern int closed_loop;        /* the schedule holds a transport: every flow is a reliable QP */
 void load_transport(const uint8_t *p, size_t len, const char *path);

@@ -410,7 +410,8 @@ def test_qp_table_full_passes(nic):
 def test_verifier_budget(nic):
     # the kernel's limit is 1M processed instructions; 17.6 k when written, 50.8 k with the
     # loss windows' branch-free slide (its body walked once per position of the 128-PSN
-    # window per path into it), 179 k with selective repeat's new-holes loop as well. A slot computed
+    # window per path into it), 179 k with selective repeat's new-holes loop as well, 181 k
+    # with PFC frames (their eight priorities unrolled). A slot computed
     # far from its use once made it 330 k, and an early return from an inlined loop over
     # 8 holes over 1 M: a regression shows here
     assert 0 < nic.verified_insns() < 250_000
@@ -495,7 +496,8 @@ def test_python_mirrors_match_nic_h_and_the_loaded_maps(nic):
     assert [defines[f"NIC_C_{n.upper()}"] for n in ("rx", "not_roce", "not_data", "no_railab", "data",
                                                      "qp_full", "ack", "nak", "cnp", "cnp_defer", "pass",
                                                      "drop", "tx_fail", "no_table", "event_lost",
-                                                     "bin_out", "feedback", "fb_unknown")] == \
+                                                     "bin_out", "feedback", "fb_unknown", "pause",
+                                                     "pause_unknown")] == \
         list(range(len(nicmod.COUNTERS)))
     assert (defines["NIC_C_MAX"], defines["NIC_REORDER_SLOTS"], defines["NIC_LOG_SLOTS"],
             defines["NIC_MSG_SLOTS"], defines["NIC_F_CONSUME"], defines["NIC_F_OPEN_LOOP"],
@@ -515,6 +517,10 @@ def test_python_mirrors_match_nic_h_and_the_loaded_maps(nic):
     assert sizes["nic_events"][2] == nicmod.EVENT_PAGES * 4096
     assert sizes["nic_reqs"] == (4, ct.sizeof(nicmod.NicReq), nicmod.MAX_REQS) and ct.sizeof(nicmod.NicReq) == 128
     assert sizes["nic_req_slots"] == (ct.sizeof(nicmod.QpKey), 4, nicmod.MAX_REQS)
+    assert sizes["nic_pauses"] == (4, ct.sizeof(nicmod.NicPause), nicmod.MAX_PAUSES) and \
+        ct.sizeof(nicmod.NicPause) == 256
+    assert sizes["nic_pause_ports"] == (8, 4, nicmod.MAX_PAUSES)
+    assert (defines["NIC_MAX_PAUSES"], defines["NIC_PRIOS"]) == (nicmod.MAX_PAUSES, nicmod.PRIOS)
     assert (defines["NIC_MAX_REQS"], defines["NIC_NAK_RING"], defines["NIC_F_SELECTIVE"],
             defines["NIC_SEEN_BITS"]) == (nicmod.MAX_REQS, nicmod.NAK_RING, nicmod.F_SELECTIVE,
                                           nicmod.SEEN_BITS)

@@ -166,6 +166,42 @@ def test_a_closed_loop_schedule_needs_the_nics_feedback(tmp_path, binary):
     assert proc.returncode == 2 and "--feedback-fd" in proc.stderr and len(proc.stderr.splitlines()) == 1
 
 
+def test_a_pfc_schedule_carries_its_plan(tmp_path):
+    path = tmp_path / "s.sched"
+    plan = engine.PausePlan.from_host_plan({"priorities": {"26": 3, "48": 6}, "scale": 1e-3,
+                                            "watchdog_s": 200e-6, "restore_s": 1e-3},
+                                           {"a:eth1": 4})
+    assert (plan.watchdog_ns, plan.restore_ns) == (200_000_000, 1_000_000_000)     # 1,000x
+    engine.write_schedule(path, PORTS, MIXED, pfc=plan)
+    s = engine.read_schedule(path)
+    assert s["pfc"] == {"watchdog_ns": 200_000_000, "restore_ns": 1_000_000_000,
+                        "priorities": {26: 3, 48: 6}, "slots": [None, 4]}
+    assert engine.port_reports({"pfc": {"1": {"paused_waits": 2}}}, list(PORTS)) == \
+        {"a:eth1": {"paused_waits": 2}}
+    with pytest.raises(ValueError, match="priority 9"):
+        engine.PausePlan({26: 9}, {}).section(list(PORTS))
+
+
+def test_under_pfc_the_burst_credit_is_one_packet(tmp_path, monkeypatch, binary):
+    """--dump has no NIC, so nothing is paused; the pacing is send_flows' with burst 1 and
+    no burst_ns, as the Python hosts send under PFC, whatever the schedule's burst."""
+    items = [(flow(12, [1024] * 20, offsets=[0] * 10 + [50_000] * 10, rate_bps=4e8), MAC_A, MAC_B)]
+    ports = {"p": (None, "eth0")}
+    _, rep, records = engine_frames(tmp_path, ports, {"p": items}, burst=8, burst_ns=20_000_000,
+                                    pfc=engine.PausePlan({26: 3}, {"p": 0}))
+    assert (rep["engine"]["burst"], rep["engine"]["burst_ns"]) == (1, 0)
+    assert [r[4] for r in records] == python_frames(monkeypatch, items, burst=1, burst_ns=0)
+    assert rep["pfc"] == {"0": {"pause_frames_received": 0, "xon_received": 0, "watchdog_trips": 0,
+                                "paused_waits": 0, "watchdog_drops": 0, "paused_ns": {}}}
+
+
+def test_a_pfc_schedule_with_pause_slots_needs_the_nics_pauses(tmp_path, binary):
+    path = tmp_path / "s.sched"
+    engine.write_schedule(path, PORTS, MIXED, pfc=engine.PausePlan({26: 3}, {"a:eth0": 0}))
+    proc = _run(binary, path)
+    assert proc.returncode == 2 and "--pause-fd" in proc.stderr and len(proc.stderr.splitlines()) == 1
+
+
 def test_frames_byte_identical_to_the_python_sender(tmp_path, monkeypatch, binary):
     n, rep, records = engine_frames(tmp_path, PORTS, MIXED)
     assert rep["packets"] == n == len(records) and rep["errors"] == 0
