@@ -332,13 +332,13 @@ def run_once(spec: LabSpec, experiment: Experiment, flows: list[wl.Flow], label:
             kernel_rx = KernelReceivers(
                 spec, receivers, max_qps=len(flows), scale=scale, transport=cfg,
                 cnp_interval_us=(cfg.dcqcn or DcqcnParams()).cnp_interval_us if cfg.closed_loop else 0.0,
-                senders=sorted(senders) if send == "kernel" else ())
+                senders=sorted(senders) if send == "kernel" and (cfg.closed_loop or pause_plan) else ())
         if send == "kernel":
             closed = (cfg, scale, closed_loop_limit_s(cfg.rto_us, scale), experiment.sample_s) \
                 if cfg.closed_loop else None
             kernel_tx = KernelSenders(spec, [(f.src_host, flow_port[f.flow_id], f) for f in flows],
-                                      experiment.duration_s, closed=closed,
-                                      feedback=kernel_rx.nic if kernel_rx is not None else None)
+                                      experiment.duration_s, closed=closed, pause_plan=pause_plan,
+                                      nic=kernel_rx.nic if kernel_rx is not None else None)
         for host in python_receivers:
             ports = [i.name for i in by_name[host].interfaces]
             line = [i.speed_bps * scale for i in by_name[host].interfaces] if scale else []
@@ -388,6 +388,7 @@ def run_once(spec: LabSpec, experiment: Experiment, flows: list[wl.Flow], label:
             engine = kernel_tx.finish(timeout_s=experiment.duration_s + limit_s + GO_LEAD_S + 60)
             sent.update(engine["per_flow_packets"])
             transport_tx.update(engine.get("transport", {}))
+            host_pfc.update(engine["host_pfc"])
         for host in python_senders:
             proc = procs[host].sender
             out, err = proc.stdout.read(), proc.stderr.read()

@@ -29,11 +29,13 @@ from pathlib import Path
 from dataplane.closing import Closing
 from dataplane.nic import report
 from dataplane import timescale
-from dataplane.nic.engine import EngineError, Reliable, SendEngine, engine_binary, write_schedule
+from dataplane.nic.engine import (EngineError, PausePlan, Reliable, SendEngine, engine_binary, port_reports,
+                                  write_schedule)
 from dataplane.nic.responder import NicResponder
 from dataplane.runtime.labspec import LabSpec
 from dataplane.traffic.receiver import RX_BIN_NS
 from dataplane.traffic.transport import DcqcnParams, TransportConfig
+from dataplane.wire.pfc import quanta_wall_seconds
 
 EVENT_POLL_S = 0.05        # the ring buffer holds 32 k completions: read well before it fills
 XDP_DATAPLANES = ("xdp", "xdp-generic")
@@ -58,16 +60,15 @@ def send_side(wanted: str, *, closed_loop: bool, pfc: bool, receive: str = "kern
     `wanted` hosts and whose receive side is `receive`."""
     if wanted == "python":
         return "python", "the experiment asks for Python hosts"
-    if closed_loop and receive != "kernel":
-        return "python", "a closed loop needs the kernel NIC's responder and its feedback map"
-    if pfc:
-        return "python", "PFC: the engine does not honour pause frames yet"
+    if (closed_loop or pfc) and receive != "kernel":
+        return "python", "the engine's feedback and pauses come from the kernel NIC on its ports"
     try:
         engine_binary()
     except (EngineError, OSError) as err:
         return "python", f"the send engine could not be built: {err}"
-    return "kernel", "closed loop: the engine resends and runs DCQCN from the NIC's feedback" \
-        if closed_loop else "open loop, no PFC"
+    why = "closed loop: the engine resends and runs DCQCN from the NIC's feedback" if closed_loop \
+        else "open loop"
+    return "kernel", why + ("; PFC: the NIC books its switch's pauses, the engine holds them" if pfc else "")
 
 
 def reliable_plan(cfg: TransportConfig, line_bps: dict[str, float], scale: float | None, *,
@@ -95,9 +96,10 @@ class KernelSenders(Closing):
 
     def __init__(self, spec: LabSpec, sends: list, duration_s: float | None, *,
                  closed: tuple[TransportConfig, float | None, float, float] | None = None,
-                 feedback: NicResponder | None = None):
-        """closed: (transport, scale, limit_s, sample_s) of a closed-loop run, whose ACKs,
-        NAKs and CNPs `feedback` (the receive side's responder, also on these ports) books."""
+                 pause_plan: dict | None = None, nic: NicResponder | None = None):
+        """closed: (transport, scale, limit_s, sample_s) of a closed-loop run; pause_plan:
+        the runner's host_pause_plan under PFC. `nic` (the receive side's responder, also on
+        these ports) books the ACKs, NAKs and CNPs and the switches' pauses for them."""
         by_name = {n.name: n for n in spec.nodes}
         ports: dict[str, tuple[str, str]] = {}
         flows: dict[str, list] = {}
@@ -114,13 +116,27 @@ class KernelSenders(Closing):
                 cfg, scale, limit_s, sample_s = closed
                 line = {f"{h}:{p}": next(i.speed_bps for i in by_name[h].interfaces if i.name == p) * (scale or 1)
                         for h, p, _ in sends}
-                reliable = reliable_plan(cfg, line, scale, limit_s=limit_s, sample_s=sample_s, pfc=False)
+                reliable = reliable_plan(cfg, line, scale, limit_s=limit_s, sample_s=sample_s,
+                                         pfc=pause_plan is not None)
                 # the engine's slot for a flow is its place in the schedule: ports in order
                 for slot, (flow, _, _) in enumerate(item for key in ports for item in flows[key]):
-                    feedback.add_requester(flow.src_ip, flow.src_qp, slot)
-            write_schedule(path, ports, flows, duration_s=duration_s, reliable=reliable)
-            self.engine = SendEngine(path, feedback=None if feedback is None or closed is None
-                                     else (feedback.requesters_fd, feedback.max_reqs))
+                    nic.add_requester(flow.src_ip, flow.src_qp, slot)
+            pfc = None
+            if pause_plan is not None:
+                slots = {}
+                for slot, key in enumerate(ports):
+                    host, port = key.split(":", 1)
+                    iface = next(i for i in by_name[host].interfaces if i.name == port)
+                    # the switch port's MAC is the pause frames' source
+                    nic.add_pause_port(iface.peer_mac, slot, quanta_wall_seconds(
+                        1, iface.speed_bps, pause_plan.get("scale")) * 1e9)
+                    slots[key] = slot
+                pfc = PausePlan.from_host_plan(pause_plan, slots)
+            write_schedule(path, ports, flows, duration_s=duration_s, reliable=reliable, pfc=pfc)
+            self.port_keys = list(ports)
+            self.engine = SendEngine(
+                path, feedback=(nic.requesters_fd, nic.max_reqs) if closed is not None else None,
+                pauses=(nic.pauses_fd, nic.max_pauses) if pfc is not None else None)
         except BaseException:
             self._folder.cleanup()
             raise
@@ -132,7 +148,8 @@ class KernelSenders(Closing):
         """The engine's report, shaped as hostrun send's (per_flow_packets keyed by the
         flow id as a string), with its lateness and its own figures."""
         rep = self.engine.result(timeout=timeout_s)
-        return {**rep, "per_flow_packets": {str(k): v for k, v in rep["per_flow_packets"].items()}}
+        return {**rep, "per_flow_packets": {str(k): v for k, v in rep["per_flow_packets"].items()},
+                "host_pfc": port_reports(rep, self.port_keys)}
 
     def close(self) -> None:
         try:
@@ -161,7 +178,8 @@ class KernelReceivers(Closing):
         ) if closed else dict(open_loop=True)
         attach = self.ports + [(by_name[h].netns, i.name) for h in senders if h not in hosts
                                for i in by_name[h].interfaces]
-        self.nic = NicResponder(max_qps=max(64, max_qps), max_reqs=max(64, max_qps))
+        self.nic = NicResponder(max_qps=max(64, max_qps), max_reqs=max(64, max_qps),
+                                max_pauses=max(64, len(attach)))
         self._events: list = []
         self._stop = threading.Event()
         self._reader: threading.Thread | None = None
