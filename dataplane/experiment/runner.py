@@ -24,7 +24,7 @@ from dataplane.experiment.spec import NAV_MODES, Experiment, ModeSpec
 from dataplane.experiment import deltas, timeline
 from dataplane.agent.pathtrace import FlowKey, path_links, touches
 from dataplane.lab.fabric import Fabric
-from dataplane.nic.hosts import KernelReceivers, KernelSenders, receive_side, send_side
+from dataplane.nic.hosts import KernelReceivers, KernelSenders, kernel_nic, receive_side, send_side
 from dataplane.report import faultruns
 from dataplane.runtime.labspec import LabSpec
 from dataplane.traffic import workload as wl
@@ -328,17 +328,10 @@ def run_once(spec: LabSpec, experiment: Experiment, flows: list[wl.Flow], label:
     python_senders = senders if send == "python" else {}
     before = fabric.snapshot()
     try:
-        if receive == "kernel":
-            kernel_rx = KernelReceivers(
-                spec, receivers, max_qps=len(flows), scale=scale, transport=cfg,
-                cnp_interval_us=(cfg.dcqcn or DcqcnParams()).cnp_interval_us if cfg.closed_loop else 0.0,
-                senders=sorted(senders) if send == "kernel" and (cfg.closed_loop or pause_plan) else ())
-        if send == "kernel":
-            closed = (cfg, scale, closed_loop_limit_s(cfg.rto_us, scale), experiment.sample_s) \
-                if cfg.closed_loop else None
-            kernel_tx = KernelSenders(spec, [(f.src_host, flow_port[f.flow_id], f) for f in flows],
-                                      experiment.duration_s, closed=closed, pause_plan=pause_plan,
-                                      nic=kernel_rx.nic if kernel_rx is not None else None)
+        kernel_rx, kernel_tx = kernel_nic(
+            spec, receive, send, receivers, [(f.src_host, flow_port[f.flow_id], f) for f in flows], cfg,
+            scale=scale, duration_s=experiment.duration_s, limit_s=closed_loop_limit_s(cfg.rto_us, scale),
+            sample_s=experiment.sample_s, pause_plan=pause_plan)
         for host in python_receivers:
             ports = [i.name for i in by_name[host].interfaces]
             line = [i.speed_bps * scale for i in by_name[host].interfaces] if scale else []

@@ -232,3 +232,27 @@ class KernelReceivers(Closing):
         if self._reader is not None and self._reader.is_alive():
             self._reader.join()
         self.nic.close()
+
+
+def kernel_nic(spec: LabSpec, receive: str, send: str, receivers: list[str], sends: list,
+               cfg: TransportConfig, *, scale: float | None, duration_s: float, limit_s: float,
+               sample_s: float, pause_plan: dict | None) -> tuple[KernelReceivers | None, KernelSenders | None]:
+    """The kernel NIC's sides of a run that receive_side and send_side gave it: the
+    responder (on the senders' ports too when the engine needs their feedback or pauses)
+    and the engine. Nothing is left if either fails to start."""
+    rx = tx = None
+    senders = sorted({host for host, _, _ in sends})
+    try:
+        if receive == "kernel":
+            rx = KernelReceivers(
+                spec, receivers, max_qps=len(sends), scale=scale, transport=cfg,
+                cnp_interval_us=(cfg.dcqcn or DcqcnParams()).cnp_interval_us if cfg.closed_loop else 0.0,
+                senders=senders if send == "kernel" and (cfg.closed_loop or pause_plan) else ())
+        if send == "kernel":
+            tx = KernelSenders(spec, sends, duration_s, pause_plan=pause_plan, nic=rx.nic if rx else None,
+                               closed=(cfg, scale, limit_s, sample_s) if cfg.closed_loop else None)
+    except BaseException:
+        if rx is not None:
+            rx.close()
+        raise
+    return rx, tx

@@ -148,7 +148,9 @@ def test_the_totals_are_pause_states(fresh):
         state.apply(quanta, now, QUANTUM_NS)
         time.sleep(pause_s)
     p = fresh.pause(SLOT)
-    assert (p.frames, p.xon) == (state.frames, state.xon) == (6, 1)
+    # the XON count depends on whether a sleep outlasted a pause: PauseState at the same
+    # stamps says which, the constant cannot
+    assert (p.frames, p.xon) == (state.frames, state.xon) and p.frames == 6 and p.xon in (0, 1)
     assert {i: p.until_ns[i] for i in (1, 3)} == {i: state.until_ns[i] for i in (1, 3)}
     end = max(p.until_ns) + 1
     total = {i: p.paused_ns[i] + (max(0, min(p.until_ns[i], end) - p.opened_ns[i]) if p.opened_ns[i] else 0)
