@@ -3,8 +3,8 @@ PFC off vs on, with tcpdump on a sender's link to see the pause frames on the wi
 from __future__ import annotations
 
 import collections
+import json
 import socket
-import subprocess
 import threading
 import time
 from pathlib import Path
@@ -19,21 +19,10 @@ from .conftest import ROOT, run_experiment, shipped
 from .lbtraffic import HostPort
 
 
-@pytest.mark.flaky(reruns=1)   # Python senders on a shared machine: a starved agent pauses late
+@pytest.mark.flaky(reruns=1)   # a starved agent pauses late (its PFC thread is Python)
 def test_incast_pfc_pauses_senders_and_loses_nothing_lossless(lab_factory, tmp_path):
     spec = lab_factory(shipped("rail-optimized"), prefix="pfc")
-    srv2 = next(n for n in spec.nodes if n.name == "srv2")
-    pcap = tmp_path / "pfc.pcap"
-    cap = subprocess.Popen(["ip", "netns", "exec", srv2.netns, "tcpdump", "-i", "nic0", "-U", "-w",
-                            str(pcap), "ether", "proto", "0x8808"],
-                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        time.sleep(1.0)                                    # tcpdump ready
-        report = run_experiment(ROOT / "experiments" / "pfc-incast.yml", tmp_path, name=spec.name)
-    finally:
-        time.sleep(0.3)
-        cap.terminate()
-        cap.wait(timeout=10)
+    report = run_experiment(ROOT / "experiments" / "pfc-incast.yml", tmp_path, name=spec.name)
     off, on = report["modes"]["pfc-off"], report["modes"]["pfc-on"]
     print({k: (off[k], on[k]) for k in ("lossless_lost", "lossy_lost", "pause_frames", "pause_fraction",
                                         "headroom_drops")}, on["paused_ports"])
@@ -45,13 +34,15 @@ def test_incast_pfc_pauses_senders_and_loses_nothing_lossless(lab_factory, tmp_p
     assert set(on["paused_ports"]) == {f"leaf1-r0:down{i}" for i in range(2, 6)}
     # the lossy priority (DSCP 0) is not paused: it is still dropped at the full port
     assert on["lossy_lost"] > 0
-    # the pause frames are on the wire: 802.1Qbb, pausing the lossless priority (3)
-    from scapy.utils import rdpcap
-    frames = [bytes(p) for p in rdpcap(str(pcap))]
-    parsed = [pfc.parse_frame(f) for f in frames]
-    assert frames and all(f[:6] == pfc.PFC_DST_MAC for f in frames)
-    assert any(q == {3: pfc.MAX_QUANTA} for q in parsed)       # XOFF
-    assert any(q == {3: 0} for q in parsed)                    # XON
+    # the pause frames arrived: the senders' kernel NICs booked every one of them (their
+    # XDP program consumes them, so no capture on a host port sees them), XOFF for the
+    # lossless priority (3) and XON, and held that priority while paused
+    # (the switches count to after the drain, the engine until its last frame)
+    assert 0.9 * on["pause_frames"] <= on["host_pause_frames"] <= on["pause_frames"] and on["host_paused_waits"] > 0
+    run = json.loads((Path(report["folder"]) / "results.json").read_text())["modes"]["pfc-on"]["runs"][0]
+    srv2 = run["host_pfc"]["srv2:nic0"]
+    assert srv2["pause_frames_received"] > 0 and srv2["xon_received"] > 0
+    assert int(srv2["paused_ns"].get("3", 0)) > 0 and not any(int(v) for p, v in srv2["paused_ns"].items() if p != "3")
     assert Path(report["folder"]).is_dir()
 
 
