@@ -36,6 +36,16 @@ static __always_inline void nic_window_gaps(const struct nic_qp *q, __u32 top, _
     *hi = top < 64 ? 0 : ~q->seen_hi & (top >= 127 ? ~0ULL : (2ULL << (top - 64)) - 1);
 }
 
+/* The window index of the oldest gap (the largest set bit of hi:lo), -1 when none. */
+static __always_inline __s32 nic_oldest_gap(__u64 lo, __u64 hi)
+{
+    if (hi)
+        return 64 + nic_fls64(hi);
+    if (lo)
+        return nic_fls64(lo);
+    return -1;
+}
+
 /* Move the expected PSN over every packet that has arrived; returns how many. */
 static __always_inline __u32 nic_sr_advance(struct nic_qp *q)
 {
@@ -46,12 +56,7 @@ static __always_inline __u32 nic_sr_advance(struct nic_qp *q)
     if (back < 0 || back >= NIC_SEEN_BITS)
         return 0;
     nic_window_gaps(q, back, &lo, &hi);
-    if (hi)
-        j = 64 + nic_fls64(hi);
-    else if (lo)
-        j = nic_fls64(lo);
-    else
-        j = (__u32)-1;          /* everything up to the highest arrived */
+    j = nic_oldest_gap(lo, hi);   /* -1: everything up to the highest arrived */
     q->epsn = (q->highest - j) & PSN_MASK;
     return (q->epsn - old) & PSN_MASK;
 }
@@ -94,11 +99,8 @@ static __always_inline int nic_sr_nak_due(struct nic_qp *q, __u64 now, __u64 del
     nic_window_gaps(q, from, &lo, &hi);
     if (!(lo | hi))
         nic_window_gaps(q, back, &lo, &hi);
-    if (hi)
-        j = 64 + nic_fls64(hi);
-    else if (lo)
-        j = nic_fls64(lo);
-    else
+    j = nic_oldest_gap(lo, hi);
+    if ((__s32)j < 0)
         return 0;
     h = (q->highest - j) & PSN_MASK;
     slot = h & (NIC_SEEN_BITS - 1);

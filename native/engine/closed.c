@@ -139,11 +139,7 @@ void load_transport(const uint8_t *p, size_t len, const char *path)
 
 void map_feedback(int fd, uint32_t slots)
 {
-    size_t page = 4096, size = ((size_t)slots * sizeof(struct nic_req) + page - 1) / page * page;
-    void *m = mmap(NULL, size, PROT_READ, MAP_SHARED, fd, 0);
-    if (m == MAP_FAILED)
-        die("--feedback-fd %d: mmap of %u slots: %s", fd, slots, strerror(errno));
-    feedback = m;
+    feedback = map_readonly(fd, slots, sizeof(struct nic_req), "--feedback-fd");
     feedback_slots = slots;
     for (uint32_t i = 0; i < nflows; i++)
         if (flows[i].fb_slot >= slots)

@@ -449,6 +449,16 @@ static uint64_t hist_pct(double q)
     return late_max;
 }
 
+/* A memory-mappable BPF array of `slots` values the NIC's program writes, read-only. */
+const void *map_readonly(int fd, uint32_t slots, size_t slot_size, const char *option)
+{
+    size_t page = 4096, size = ((size_t)slots * slot_size + page - 1) / page * page;
+    void *m = mmap(NULL, size, PROT_READ, MAP_SHARED, fd, 0);
+    if (m == MAP_FAILED)
+        die("%s %d: mmap of %u slots: %s", option, fd, slots, strerror(errno));
+    return m;
+}
+
 void note_lateness(uint64_t late)
 {
     hist[hist_slot(late)]++;

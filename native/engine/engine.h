@@ -131,6 +131,7 @@ int64_t wait_until(int64_t t);
 int64_t breathe(int64_t now);
 void flush_port(struct port *p);
 void note_lateness(uint64_t late);
+const void *map_readonly(int fd, uint32_t slots, size_t slot_size, const char *option);
 
 /* pause.c */
 #define PAUSE_RECHECK_NS 200000  /* a paused flow looks for an XON this often (sender.py's) */

@@ -79,11 +79,7 @@ int pfc_needs_pauses(void)
 
 void map_pauses(int fd, uint32_t slots)
 {
-    size_t page = 4096, size = ((size_t)slots * sizeof(struct nic_pause) + page - 1) / page * page;
-    void *m = mmap(NULL, size, PROT_READ, MAP_SHARED, fd, 0);
-    if (m == MAP_FAILED)
-        die("--pause-fd %d: mmap of %u slots: %s", fd, slots, strerror(errno));
-    pauses = m;
+    pauses = map_readonly(fd, slots, sizeof(struct nic_pause), "--pause-fd");
     for (uint32_t i = 0; i < nports; i++) {
         struct port_pause *s = &pp[i];
         if (s->slot == NO_SLOT)
