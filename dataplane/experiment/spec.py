@@ -284,19 +284,23 @@ def host_line_bps(lab_file: Path, scale: float) -> float:
 def _check_line_rate(source: Path, lab_file: Path, workload: wl.Workload, scale: float | None) -> None:
     """A closed-loop transport or a `load` needs the NICs' line rate (the port model's
     scale); `load` becomes the senders' rate; no rate may exceed the line rate."""
-    needs = workload.transport.closed_loop or workload.load is not None
+    flows = workload.pattern.get("flows", []) or []
+    needs = (workload.transport.closed_loop or workload.load is not None
+             or any("load" in f for f in flows))
     if not scale or scale <= 0:
         if needs:
             raise ExperimentError(f"{source}: port_model: scale: a closed-loop transport or a workload "
-                                  "load needs the port model's scale (the NICs' line rate is nominal x scale)")
+                                  "(or flow) load needs the port model's scale (the NICs' line rate is nominal x scale)")
         return
     line = host_line_bps(lab_file, scale)
     if line <= 0:
         return
     if workload.load is not None:
         workload.rate = wl.Rate(workload.load * line, "bps")
+    for flow in flows:
+        if "load" in flow and "rate" not in flow:
+            flow["rate"] = f"{flow['load'] * line:.0f}bps"
     frame = workload.mtu_frame_bytes
-    flows = workload.pattern.get("flows", []) or []
     uses_rate = workload.pattern["type"] != "flows" or any("rate" not in f for f in flows)
     rates = [("workload: rate", workload.rate.bps(frame))] if uses_rate else []
     for i, flow in enumerate(flows):

@@ -35,7 +35,10 @@ Patterns (``pattern.type``):
                   from the seed (the simulators' permutation traffic matrix): no
                   destination is shared, so a non-blocking fabric can carry every flow
                   at line rate, and what slows a flow is where the fabric placed it.
-  flows           an explicit list: ``{src: h1:eth0, dst: h2:eth1, class: mice, rate: ...}``.
+  flows           an explicit list: ``{src: h1:eth0, dst: h2:eth1, class: mice, rate: ...}``;
+                  ``load: 0.6`` instead of ``rate`` is a fraction of the NIC's line rate
+                  (the experiment turns it into a rate through the port model's scale, so
+                  the file means the same at every scale).
 ``pattern.messages: N`` caps every flow at N messages (a collective's fixed transfer: with
 the duration past the last one's end, every message is sent whole).
 
@@ -221,6 +224,8 @@ def load_dict(doc: Any, source: str = "<workload>") -> Workload:
                             "or selective-repeat): an open-loop flow is paced at its own rate")
     if wl.pattern["type"] == "flows":
         for i, f in enumerate(wl.pattern.get("flows", [])):
+            if "rate" in f and "load" in f:
+                raise WorkloadError(f"{source}: pattern.flows[{i}]: give rate or load, not both")
             for k in ("size",):
                 if k in f:
                     parse_dist(f[k], f"{source}: pattern.flows[{i}].{k}")
@@ -300,6 +305,9 @@ def generate(wl: Workload, hosts: Sequence[Any] | None = None) -> list[Flow]:
             classes = [(spec["class"], 1.0)]
         else:
             classes = [(c, wl.mix[c]) for c in CLASSES if wl.mix[c] > 0]
+        if "load" in spec and "rate" not in spec:
+            raise WorkloadError(f"{wl.source}: pattern.flows[{pi}].load: needs the NICs' line rate "
+                                "(an experiment with a port model scale)")
         if "rate" in spec:
             try:
                 pair_bps = parse_rate(spec["rate"]).bps(wl.mtu_frame_bytes)

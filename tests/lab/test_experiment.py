@@ -31,6 +31,8 @@ SAYS = {"event-not-a-link": "not the two ends of a link", "event-bad-speed": "sp
         "transport-dcqcn-open-loop": "dcqcn: needs a closed-loop transport",
         "transport-dcqcn-unknown-option": "dcqcn", "transport-no-scale": "port_model: scale",
         "transport-load-above-one": "load",
+        "flow-load-no-scale": "port_model: scale", "flow-load-and-rate": "give rate or load",
+        "flow-load-above-one": "pattern.flows[0].load", "zero-flow-rate": "pattern.flows[0].rate",
         "mode-unknown-switch": "'nope' is not a switch", "mode-weights-misfit": "2 given"}
 BAD = {
     "not-yaml": "name: [unclosed\n",
@@ -44,7 +46,7 @@ BAD = {
     "zero-rate": f"name: x\nlab: {LAB}\nmodes: [ecmp]\n"
                  "workload: {rate: 0Mbps, pattern: {type: ring-allreduce}}\n",
     "zero-flow-rate": f"name: x\nlab: {LAB}\nmodes: [ecmp]\nworkload: {{pattern: {{type: flows, flows: "
-                      "[{src: 'srv1:nic0', dst: 'srv2:nic1', rate: 0kpps}]}}}}\n",
+                      "[{src: 'srv1:nic0', dst: 'srv2:nic1', rate: 0kpps}]}}\n",
     "zero-size": f"name: x\nlab: {LAB}\nmodes: [ecmp]\n"
                  "workload: {pattern: {type: all-to-all}, classes: {elephant: {size: 0KiB}}}\n",
     "directory": None,
@@ -80,6 +82,12 @@ BAD = {
                           "workload: {rate: 1Mbps, pattern: {type: all-to-all}, transport: go-back-n}\n",
     "transport-load-above-one": f"name: x\nlab: {LAB}\nmodes: [ecmp]\n{TP}"
                                 "workload: {load: 1.5, pattern: {type: all-to-all}, transport: go-back-n}\n",
+    "flow-load-no-scale": f"name: x\nlab: {LAB}\nmodes: [ecmp]\nworkload: {{pattern: {{type: flows, flows: "
+                          "[{src: 'srv1:nic0', dst: 'srv2:nic1', load: 0.5}]}}\n",
+    "flow-load-and-rate": f"name: x\nlab: {LAB}\nmodes: [ecmp]\n{TP}workload: {{pattern: {{type: flows, flows: "
+                          "[{src: 'srv1:nic0', dst: 'srv2:nic1', load: 0.5, rate: 1Mbps}]}}\n",
+    "flow-load-above-one": f"name: x\nlab: {LAB}\nmodes: [ecmp]\n{TP}workload: {{pattern: {{type: flows, flows: "
+                           "[{src: 'srv1:nic0', dst: 'srv2:nic1', load: 1.5}]}}\n",
 }
 
 

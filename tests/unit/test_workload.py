@@ -390,3 +390,36 @@ def test_an_experiments_scale_stretches_the_workloads_gaps(tmp_path):
     exp = spec.load(root / "experiments" / "ecmp-vs-spray.yml")
     assert exp.workload.stretch == pytest.approx(1 / exp.port_model["scale"])
     assert exp.workload.classes["elephant"].gap_us > 0
+
+
+def test_a_flows_load_is_a_share_of_the_line_rate_at_every_scale():
+    """pfc-incast gives its flows as loads: each sender's rate follows the lab's scale, so
+    the 2.4x overload of the receiver's port is the same at 5e-6 and 5e-5."""
+    from dataplane.experiment import spec
+    root = __import__("pathlib").Path(__file__).resolve().parents[2]
+    path = root / "experiments" / "pfc-incast.yml"
+    for scale in (5e-6, 5e-5):
+        exp = spec.load(path, {"port_model": {"scale": scale}})
+        line = spec.host_line_bps(exp.lab_file, scale)
+        flows = exp.workload.pattern["flows"]
+        offered = sum(units.parse_rate(f["rate"]).bps(exp.workload.mtu_frame_bytes)
+                      for f in flows if f.get("class") == "elephant")
+        assert offered == pytest.approx(2.4 * line, rel=1e-6)
+
+
+def test_every_shipped_experiment_runs_at_20_mbps_ports_or_faster():
+    """The kernel NIC keeps up at 400G x 5e-5 = 20 Mb/s: no shipped experiment goes slower
+    (scale 0 or none: no port model, ports as fast as the machine)."""
+    from dataplane.experiment import spec
+    root = __import__("pathlib").Path(__file__).resolve().parents[2]
+    files = sorted((root / "experiments").glob("*.yml"))
+    slow = {}
+    for path in files:
+        doc = __import__("yaml").safe_load(path.read_text())
+        if not isinstance(doc, dict) or "modes" not in doc:
+            continue                      # a workload file the experiments include
+        exp = spec.load(path)
+        scales = [exp.port_model.get("scale")] + [m.port_model.get("scale") for m in exp.modes
+                                                  if getattr(m, "port_model", None)]
+        slow.update({path.name: s for s in scales if s and s < 5e-5})
+    assert len(files) >= 15 and not slow, slow
