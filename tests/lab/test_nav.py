@@ -16,7 +16,7 @@ from .conftest import ROOT, run_experiment, shipped
 EXPERIMENTS = ROOT / "experiments"
 
 
-@pytest.mark.flaky(reruns=3)   # Python senders on a shared machine: a starved sender skews a run
+@pytest.mark.flaky(reruns=1)   # the controller's rate readings (a Python thread) wobble on a loaded machine
 def test_nav_spreads_eight_elephants_within_one_interval(tmp_path):
     report = run_experiment(EXPERIMENTS / "nav-elephants.yml", tmp_path, prefix="nav", timeout=900)
     ecmp, nav = report["modes"]["ecmp"], report["modes"]["nav"]
@@ -69,7 +69,7 @@ def test_nav_refuses_bad_requests_and_changes_nothing(lab_factory):
     assert fabric.nav_status()["running"] is False
 
 
-@pytest.mark.flaky(reruns=2)   # a starved agent can miss two intervals on a shared machine
+@pytest.mark.flaky(reruns=1)   # a starved agent can miss two 50 ms intervals on a shared machine
 def test_nav_replans_around_a_dead_link_within_two_intervals(tmp_path):
     report = run_experiment(EXPERIMENTS / "nav-link-failure.yml", tmp_path, prefix="navf", timeout=900)
     results = json.loads((Path(report["folder"]) / "results.json").read_text())
@@ -90,7 +90,6 @@ def test_nav_replans_around_a_dead_link_within_two_intervals(tmp_path):
 
 
 
-@pytest.mark.flaky(reruns=2)   # Python senders on a shared machine: a starved sender skews a run
 @pytest.mark.parametrize("experiment", ["nav-collectives.yml", "nav-all-to-all.yml"])
 def test_nav_host_places_a_collective_evenly_from_the_first_packet(experiment, tmp_path):
     """A ring all-reduce (nav-collectives) and an all-to-all (nav-all-to-all) across rails

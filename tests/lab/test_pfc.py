@@ -133,7 +133,6 @@ def test_a_paused_switch_port_holds_its_frames_and_the_pause_spreads_upstream(la
             port.close()
 
 
-@pytest.mark.flaky(reruns=2)   # Python hosts on a shared machine: a starved sender offers less
 def test_hol_blocking_under_ecmp_stalls_the_victims_and_spraying_frees_them(lab_factory, tmp_path):
     spec = lab_factory(shipped("rail-optimized"), prefix="pfchol")
     report = run_experiment(ROOT / "experiments" / "pfc-hol.yml", tmp_path, name=spec.name)
