@@ -49,7 +49,7 @@ def deploy(spec: LabSpec, hosts: list[Host], where: dict[str, str]) -> lifecycle
         "part": hs.part_name(spec.name, m.host.name), "port": None, "agent_pid": None,
         "token": secrets.token_hex(16), "nodes": sorted(n for n, h in where.items() if h == m.host.name),
         "switches": {n.name: n.role for n in spec.switches if where[n.name] == m.host.name},
-        "ports": sorted(i.ifindex for n in spec.switches if where[n.name] == m.host.name for i in n.interfaces),
+        "ports": [],        # its switch ports' ifindexes, once the kernel gave them
         "stitch_devices": [d for c in cuts if where[c.node] == m.host.name for d in c.host_ends]}
         for m in machines]}
     clock = lifecycle._PhaseClock()
@@ -71,14 +71,22 @@ def deploy(spec: LabSpec, hosts: list[Host], where: dict[str, str]) -> lifecycle
             adopted = next(iter(specs.values()))
             spec.nodes = LabSpec.from_json(adopted.to_json()).nodes
             spec.reindex()
+            for part in record["parts"]:
+                part["ports"] = sorted(i.ifindex for n in spec.nodes if n.name in part["switches"]
+                                       for i in n.interfaces)
+            splitstate.save(spec.name, record)
             clock.mark("stitches: names, MACs, GRO; ifindexes")
             rt.configure_sysctls(spec)
             rt.configure_all(spec)
             clock.mark("sysctls, addresses, routes")
             for part in record["parts"]:
                 state.LabState(specs[part["part"]], "deploying", part["agent_pid"], os.getpid()).save()
-                lifecycle._send_go(part["part"], agents[part["part"]][0])
+                if part["part"] in agents:
+                    lifecycle._send_go(part["part"], agents[part["part"]][0])
             for part in record["parts"]:
+                if part["part"] not in agents:      # a machine with hosts only: no switch to run
+                    state.LabState(specs[part["part"]], "up").save()
+                    continue
                 agent, fd = agents[part["part"]]
                 report = lifecycle._wait_ready(part["part"], agent, fd)
                 part["port"] = report["listen"][1]
@@ -96,14 +104,17 @@ def deploy(spec: LabSpec, hosts: list[Host], where: dict[str, str]) -> lifecycle
 
 
 def _start_parts(spec: LabSpec, machines: list[hs.Machine], record: dict) -> dict:
-    """Each part's state (the whole spec, its nodes as local) and its agent, started in its
-    machine's namespace so that it listens on the machine's underlay address."""
+    """Each part's state (the whole spec, its nodes as local) and, where it has switches,
+    its agent, started in its machine's namespace so that it listens on the machine's
+    underlay address."""
     agents = {}
     for m, part in zip(machines, record["parts"]):
         splitstate.mark_part(part["part"], spec.name, m.host.name, m.netns)
         part_state = state.LabState(hs.part_spec(spec, part["part"], part["nodes"]), "deploying",
                                     deployer_pid=os.getpid())
         part_state.save()
+        if not part["switches"]:
+            continue
         prefix = ("nsenter", f"--net=/run/netns/{m.netns}") if m.netns else ()
         agent, fd = lifecycle._start_agent(part["part"], prefix, ("--listen", f"{m.host.address}:0"),
                                            {**os.environ, TOKEN_ENV: part["token"]})
@@ -156,33 +167,40 @@ def _stitch_ports(spec: LabSpec, machines, record, cuts, where) -> None:
 
 
 def _renumber_switch_ports(spec: LabSpec, machines, where) -> None:
-    """Every switch port at the lab's planned ifindex. One XDP object serves a machine's
-    switches and tells their ports apart by ifindex; containerlab run in a young namespace
-    makes veths whose indexes repeat across containers. The kernel takes a new index only
-    when a device changes namespace (IFLA_NEW_IFINDEX), so each port steps out to its
-    machine's namespace and back."""
+    """Every switch port at an ifindex no other switch port of the lab has. One XDP object
+    serves a machine's switches and tells their ports apart by ifindex, and requests
+    naming ports (hold, release) find their machine by it; containerlab run in a young
+    namespace makes veths whose indexes repeat across containers. The kernel takes a new
+    index only when a device changes namespace (IFLA_NEW_IFINDEX), so each port steps
+    out to its machine's namespace and back, at its planned index or the next free one."""
     netns_of = {m.host.name: m.netns for m in machines}
+    used: set[int] = set()
     for node in spec.switches:
         machine_ns = netns_of[where[node.name]]
         home = os.open(f"/run/netns/{machine_ns}" if machine_ns else "/proc/1/ns/net", os.O_RDONLY)
         away = os.open(f"/run/netns/{node.netns}", os.O_RDONLY)
+        with in_netns(node.netns):
+            inside = IPRoute()
+        with in_netns(machine_ns):
+            outside = IPRoute()
         try:
-            with in_netns(node.netns):
-                inside = IPRoute()
-            with in_netns(machine_ns):
-                outside = IPRoute()
-            try:
-                for iface in node.interfaces:
-                    index = inside.link_lookup(ifname=iface.name)[0]
-                    if index == iface.ifindex:
-                        continue
-                    inside.link("set", index=index, net_ns_fd=home)
-                    moved = outside.link_lookup(ifname=iface.name)[0]
-                    outside.link("set", index=moved, net_ns_fd=away, IFLA_NEW_IFINDEX=iface.ifindex)
-                    inside.link("set", index=iface.ifindex, state="up")
-            finally:
-                inside.close()
-                outside.close()
+            present = {link["index"] for link in inside.get_links()}
+            for iface in node.interfaces:
+                index = inside.link_lookup(ifname=iface.name)[0]
+                target = iface.ifindex
+                while target in used or (target in present and target != index):
+                    target += 1
+                used.add(target)
+                if index == target:
+                    continue
+                inside.link("set", index=index, net_ns_fd=home)
+                moved = outside.link_lookup(ifname=iface.name)[0]
+                outside.link("set", index=moved, net_ns_fd=away, IFLA_NEW_IFINDEX=target)
+                inside.link("set", index=target, state="up")
+                present.discard(index)
+                present.add(target)
         finally:
+            inside.close()
+            outside.close()
             os.close(home)
             os.close(away)

@@ -73,7 +73,8 @@ def is_up(lab: str) -> bool:
         return False
     record = splitstate.load(lab)
     if record is not None:          # a lab split over machines: its parts' agents
-        return all(p.get("port") and _agent_alive(p["part"], p.get("agent_pid")) for p in record["parts"])
+        return all(p.get("port") and _agent_alive(p["part"], p.get("agent_pid"))
+                   for p in record["parts"] if p["switches"])
     present = set(rt.list_netns())
     return all(n.netns in present for n in current.spec.nodes) and _agent_alive(lab, current.agent_pid)
 
