@@ -8,8 +8,7 @@ from __future__ import annotations
 import contextlib
 import subprocess
 
-SUBNET = "192.168.79"
-ROOT_ADDRESS = f"{SUBNET}.254"
+ROOT_HOST = 254                  # the root namespace's address on the underlay
 
 
 def _ip(*args: str) -> None:
@@ -17,11 +16,13 @@ def _ip(*args: str) -> None:
 
 
 @contextlib.contextmanager
-def emulated_machines(tag: str, count: int, mtu: int = 1550):
-    """{host name: (namespace, underlay address)} for hosts a, b, c, ... Removed on exit."""
+def emulated_machines(tag: str, count: int, mtu: int = 1550, subnet: str = "192.168.79"):
+    """{host name: (namespace, underlay address)} for hosts a, b, c, ... on SUBNET.0/24
+    (each set of machines its own subnet: the root namespace has an address on it).
+    Everything removed on exit."""
     names = "abcdefgh"[:count]
     under = f"rlu-{tag}"[:15]
-    hosts = {h: (f"rlm-{tag}-{h}", f"{SUBNET}.{i + 1}") for i, h in enumerate(names)}
+    hosts = {h: (f"rlm-{tag}-{h}", f"{subnet}.{i + 1}") for i, h in enumerate(names)}
     made: list[str] = []
     root_end = f"rlu{tag}"[:13] + "r"
     try:
@@ -40,7 +41,7 @@ def emulated_machines(tag: str, count: int, mtu: int = 1550):
         _ip("link", "add", root_end, "mtu", str(mtu), "type", "veth", "peer", "name", "to-root",
             "netns", under, "mtu", str(mtu))
         _ip("-n", under, "link", "set", "to-root", "master", "br0", "up")
-        _ip("address", "add", f"{ROOT_ADDRESS}/24", "dev", root_end)
+        _ip("address", "add", f"{subnet}.{ROOT_HOST}/24", "dev", root_end)
         _ip("link", "set", root_end, "up")
         yield hosts
     finally:
@@ -51,3 +52,13 @@ def emulated_machines(tag: str, count: int, mtu: int = 1550):
 
 def hosts_option(hosts: dict) -> str:
     return ",".join(f"{h}={address}" for h, (_, address) in hosts.items())
+
+
+def stitch_devices(hosts: dict) -> dict[str, list[str]]:
+    """The vxlan-stitch devices (`ve-`, `vx-`) on each machine."""
+    found = {}
+    for h, (ns, _) in hosts.items():
+        out = subprocess.run(["ip", "-n", ns, "-br", "link"], capture_output=True, text=True).stdout
+        found[h] = [line.split()[0].split("@")[0] for line in out.splitlines()
+                    if line.startswith(("ve-", "vx-"))]
+    return found
