@@ -205,3 +205,11 @@ def test_a_part_whose_agent_is_not_up_is_named(tmp_path, monkeypatch):
         splitstate.split_parts("lab")
     assert oct((tmp_path / "lab" / "hosts.json").stat().st_mode & 0o777) == "0o600"
     assert splitstate.split_parts("other") == []
+
+
+def test_a_run_on_a_split_lab_prints_each_machines_counters():
+    from dataplane.cli.run import _machine_lines     # the CLI module, only for this test
+    results = {"modes": {"ecmp": {"runs": [{"switches": {"machines": {
+        "a": {"tx_packets": 1200, "drops": 0}, "b": {"tx_packets": 900, "drops": 3}}}}]},
+        "spray": {"runs": [{"switches": {}}]}}}
+    assert _machine_lines(results) == ["ecmp per machine (switch packets sent, drops): a 1,200, 0, b 900, 3"]
