@@ -14,6 +14,7 @@ import pytest
 import yaml
 
 from dataplane.agent import client, netserve, remote
+from dataplane.lab import faults
 from dataplane.runtime import containerlab, splitstate, state
 
 from . import clabtools
@@ -59,13 +60,22 @@ def _member_packets(lab: str, ref: str) -> int:
     return sum(m.packets for g in groups for m in g.members if m.interface == port)
 
 
+def _host_of(lab: str) -> dict[str, str]:
+    return {n: p["host"] for p in splitstate.load(lab)["parts"] for n in p["nodes"]}
+
+
+def _uplinks(lab: str, same_machine: bool) -> list[tuple[str, str]]:
+    """Leaf-spine links (leaf end, spine end) within one machine, or between two."""
+    spec = state.load(lab).spec
+    host_of = _host_of(lab)
+    return [(f"{n.name}:{i.name}", i.peer) for n in spec.switches if n.role == "leaf"
+            for i in n.interfaces if i.peer_node.startswith("spine")
+            and (host_of[n.name] == host_of[i.peer_node]) == same_machine]
+
+
 def _cut_uplink(lab: str) -> tuple[str, str]:
     """A leaf-spine link between two machines: (leaf end, spine end)."""
-    spec = state.load(lab).spec
-    host_of = {n: p["host"] for p in splitstate.load(lab)["parts"] for n in p["nodes"]}
-    return next((f"{n.name}:{i.name}", i.peer) for n in spec.switches if n.role == "leaf"
-                for i in n.interfaces if i.peer_node.startswith("spine")
-                and host_of[n.name] != host_of[i.peer_node])
+    return _uplinks(lab, same_machine=False)[0]
 
 
 def test_two_machines_probe_counters_token_failover_and_destroy():
@@ -95,6 +105,15 @@ def test_two_machines_probe_counters_token_failover_and_destroy():
             assert {ref: _member_packets(lab, ref) for ref in down} == down
             railab("fault", lab, "link-up", leaf_end, spine_end)
             assert f"{PAIRS}/{PAIRS}" in railab("probe", lab).stdout
+            # the uplinks of one machine's leaves to that machine's spines down: traffic
+            # between those leaves goes out to another machine's spine and back, and still
+            # every pair gets through
+            machine = _host_of(lab)[leaf_end.split(":")[0]]
+            for leaf, spine in _uplinks(lab, same_machine=True):
+                if _host_of(lab)[leaf.split(":")[0]] == machine:
+                    faults.link_down(lab, leaf, spine)
+            assert f"{PAIRS}/{PAIRS}" in railab("probe", lab).stdout
+            faults.clear(lab)
         finally:
             railab("destroy", lab, check=False, timeout=300)
         assert _nothing_left(lab, hosts) == []
