@@ -36,6 +36,8 @@ class Learning:
         for host in self.m.spec.hosts:
             for nic in self.m.spec.host_nics.get(host.name, []):
                 for port in nic.ports:
+                    if not self.m.spec.is_local(host.interface(port).peer_node):
+                        continue        # another machine's leaf learns it
                     out.add((host.interface(port).peer_node, nic.address.split("/")[0]))
         return out
 
@@ -113,7 +115,7 @@ def announce_hosts(spec, hosts: list[str] | None = None, *, xdp: bool = True) ->
     sent = 0
     try:
         for node in spec.hosts:
-            if hosts is None or node.name in hosts:
+            if (hosts is None or node.name in hosts) and spec.serves(node):
                 sent += _announce(spec, node, injector)
     finally:
         if injector is not None:

@@ -110,9 +110,13 @@ class SwitchProgrammer:
         per leaf at start."""
         cached = self._towards.get(leaf)
         if cached is None:
-            nodes = {n.name: (n, {i.name: i for i in n.interfaces}) for n in self.spec.switches}
+            # every switch of the lab, also other machines' in a split lab: a path through
+            # them is a path (a graph of this machine's switches sent a host's /32 only
+            # over its local spines)
+            switches = [n for n in self.spec.nodes if n.role != "host"]
+            nodes = {n.name: (n, {i.name: i for i in n.interfaces}) for n in switches}
             graph = {n.name: [(i.peer_node, i.name) for i in n.interfaces if i.peer_node in nodes]
-                     for n in self.spec.switches}
+                     for n in switches}
             cached = self._towards[leaf] = (nodes, routing.nexthops_towards(graph, [leaf]))
         return cached
 
@@ -129,6 +133,8 @@ class SwitchProgrammer:
         done = []
         installed = self.routing.host_switches.setdefault(prefix, set())
         for name in self._host_route_switches(leaf.name, ip, towards, installed):
+            if not self.spec.is_local(name):
+                continue        # another machine's switch: its agent programs it
             node, by_name = nodes[name]
             hops = (iface.name,) if name == leaf.name else tuple(e[1] for e in towards[name])
             gid = self._group(name, hops, by_name)

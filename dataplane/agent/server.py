@@ -28,6 +28,7 @@ import traceback
 from typing import Callable
 
 from dataplane import timescale
+from dataplane.agent import netserve
 from dataplane.agent import protocol as proto
 from dataplane.agent.flows import heaviest
 from dataplane.agent.kernelswitches import KernelSwitches
@@ -267,6 +268,9 @@ def main(argv=None, started: float | None = None) -> int:
     parser = argparse.ArgumentParser(prog="dataplane.agent")
     parser.add_argument("lab")
     parser.add_argument("--ready-fd", type=int, required=True)
+    parser.add_argument("--listen", metavar="ADDRESS:PORT",
+                        help="also serve over TCP, with the token from $RAILAB_AGENT_TOKEN "
+                             "(one machine's part of a lab split over machines)")
     args = parser.parse_args(argv)
     ready = os.fdopen(args.ready_fd, "w")
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
@@ -290,12 +294,15 @@ def main(argv=None, started: float | None = None) -> int:
         if begun is None:
             return 1
         server, note, bpf_cache = begun
+        listening = None
+        if args.listen:
+            listening = netserve.listen(args.listen, os.environ.get(netserve.TOKEN_ENV, ""), server)
     except Exception as err:
         traceback.print_exc()
         ready.write(f"error: {type(err).__name__}: {err}\n")
         ready.close()
         return 1
-    ready.write(f"ready {json.dumps({'phases': phases, 'bpf_cache': bpf_cache})}\n")
+    ready.write(f"ready {json.dumps({'phases': phases, 'bpf_cache': bpf_cache, 'listen': listening})}\n")
     ready.close()
     print(f"agent for lab {spec.name} ready: {note}", flush=True)
     server.serve_forever()

@@ -2,7 +2,8 @@
 its switches forwarding with railab's XDP program."""
 from __future__ import annotations
 
-from dataplane.runtime import labspec, lifecycle
+from dataplane.runtime import hostdeploy, labspec, lifecycle
+from dataplane.topology import multihost
 from dataplane.errors import UsageError
 from dataplane.runtime.labspec import DATAPLANES, RUNTIMES
 from dataplane.runtime.state import check_lab_name
@@ -17,6 +18,10 @@ def register(sub) -> None:
                    help="netns (default): railab makes namespaces and veths; containerlab: "
                         "containerlab makes a container per node and the veths, railab's XDP "
                         "switches run inside them")
+    p.add_argument("--hosts", metavar="NAME=ADDRESS[@DEV],...",
+                   help="split the lab over these machines (with --runtime containerlab): one "
+                        "containerlab part and one agent per machine, links between machines "
+                        "as vxlan-stitch over the underlay ADDRESS (DEV: its device)")
     add_dataplane_option(p)
     p.set_defaults(func=run)
 
@@ -42,12 +47,18 @@ def run(args) -> int:
     if args.name is not None:
         topo.name = check_lab_name(args.name)
     spec = labspec.build(topo, str(args.file), runtime=args.runtime, dataplane=args.dataplane)
-    result = lifecycle.deploy(spec)
+    hosts = None
+    if args.hosts:
+        hosts = multihost.parse_hosts(args.hosts)
+        result = hostdeploy.deploy(spec, hosts, multihost.place(topo, hosts))
+    else:
+        result = lifecycle.deploy(spec)
     if result.already_up:
         print(f"lab {spec.name} is already deployed; nothing to do")
         return 0
     switches = len(spec.switches)
     print(f"lab {spec.name} deployed in {result.seconds:.1f} s ({spec.runtime} runtime): "
           f"{len(spec.hosts)} hosts, {switches} switches ({spec.dataplane} forwarding), "
-          f"{sum(len(n.interfaces) for n in spec.nodes) // 2} links (railab inspect {spec.name})")
+          f"{sum(len(n.interfaces) for n in spec.nodes) // 2} links (railab inspect {spec.name})"
+          + (f" over {len(hosts)} machines" if hosts else ""))
     return 0

@@ -7,7 +7,7 @@ import json
 from rich.table import Table
 
 from dataplane.cli.common import load_lab, single_lab
-from dataplane.runtime import lifecycle, state
+from dataplane.runtime import lifecycle, splitstate, state
 from dataplane.cli.common import output_console
 
 
@@ -19,7 +19,9 @@ def register(sub) -> None:
 
 
 def describe(spec) -> dict:
-    return {
+    record = splitstate.load(spec.name)
+    host_of = {n: p["host"] for p in record["parts"] for n in p["nodes"]} if record else {}
+    data = {
         "name": spec.name,
         "source": spec.source,
         "runtime": spec.runtime,
@@ -38,6 +40,13 @@ def describe(spec) -> dict:
             for n in spec.nodes
         ],
     }
+    if record:      # a lab split over machines: which machine runs each node
+        data["machines"] = [{"host": p["host"], "address": p["address"], "part": p["part"],
+                             "agent": f"{p['address']}:{p['port']}" if p.get("port") else None}
+                            for p in record["parts"]]
+        for node in data["nodes"]:
+            node["host"] = host_of.get(node["name"])
+    return data
 
 
 def _status(lab_state) -> str:
@@ -90,13 +99,16 @@ def run(args) -> int:
     title = f"lab {data['name']} ({data['status']}, {runtime}, {data['dataplane']} forwarding)"
     if data["status"] == "broken":
         title += f": its agent or namespaces are gone; railab destroy {data['name']}"
+    machines = data.get("machines")
+    if machines:
+        title += " over " + ", ".join(f"{m['host']} (agent {m['agent']})" for m in machines)
     table = Table(title=title)
-    for column in ("node", "role", "netns", "interface", "address", "peer"):
+    for column in ("node", "role", *(["host"] if machines else []), "netns", "interface", "address", "peer"):
         table.add_column(column)
     for node in data["nodes"]:
         for k, iface in enumerate(node["interfaces"]):
             first = k == 0
             table.add_row(node["name"] if first else "", node["role"] if first else "",
-                          node["netns"] if first else "", iface["name"], iface["address"] or "-", iface["peer"])
+                          *([node["host"] if first else ""] if machines else []), node["netns"] if first else "", iface["name"], iface["address"] or "-", iface["peer"])
     output_console().print(table)
     return 0

@@ -61,10 +61,23 @@ def run(args) -> int:
     console = output_console()
     for one in table.tables(session.report_view(results), title=results["experiment"]):
         console.print(one)
+    for line in _machine_lines(results):
+        console.print(line)
     console.print(f"results: {folder}/results.json")
     for plot in results.get("plots", []):
         console.print(f"plot: {plot}")
     return 0
+
+
+def _machine_lines(results: dict) -> list[str]:
+    """A lab split over machines: each mode's switch packets sent and drops per machine."""
+    lines = []
+    for label, mode in results["modes"].items():
+        machines = mode["runs"][0]["switches"].get("machines")
+        if machines:
+            lines.append(f"{label} per machine (switch packets sent, drops): " + ", ".join(
+                f"{host} {m['tx_packets']:,}, {m['drops']:,}" for host, m in machines.items()))
+    return lines
 
 
 def _warn_receiver_drops(results: dict) -> None:

@@ -4,6 +4,7 @@ paused (the RUN dict's "links", "switches" and "pfc_ports"; dataplane.report rea
 from __future__ import annotations
 
 from dataplane.agent.protocol import CounterSnapshot
+from dataplane.runtime import splitstate
 from dataplane.runtime.labspec import LabSpec
 from dataplane.topology.model import TIER
 
@@ -53,12 +54,25 @@ def pfc_ports(before: CounterSnapshot, after: CounterSnapshot) -> dict:
     return out
 
 
-def switch_totals(before: CounterSnapshot, after: CounterSnapshot) -> dict:
+def switch_totals(before: CounterSnapshot, after: CounterSnapshot, lab: str | None = None) -> dict:
+    """Drops and ECN marks over every switch; for a lab split over machines also the same
+    per machine, with the packets its switches received and sent ("machines")."""
+    record = splitstate.load(lab) if lab else None
+    host_of = {n: p["host"] for p in record["parts"] for n in p["nodes"]} if record else {}
+    machines = {p["host"]: {"rx_packets": 0, "tx_packets": 0, "drops": 0, "ecn_marked": 0}
+                for p in record["parts"]} if record else {}
     drops: dict[str, int] = {}
     ecn = 0
-    for _, _, c in after.minus(before).ports():
+    for switch, _, c in after.minus(before).ports():
         for reason, n in c.drops.items():
             if n:
                 drops[reason] = drops.get(reason, 0) + n
         ecn += c.ecn_marked
-    return {"drops": sum(drops.values()), "drops_by_reason": drops, "ecn_marked": ecn}
+        if switch in host_of:
+            mine = machines[host_of[switch]]
+            mine["rx_packets"] += c.rx_packets
+            mine["tx_packets"] += c.tx_packets
+            mine["drops"] += sum(c.drops.values())
+            mine["ecn_marked"] += c.ecn_marked
+    return {"drops": sum(drops.values()), "drops_by_reason": drops, "ecn_marked": ecn,
+            **({"machines": machines} if record else {})}

@@ -473,7 +473,7 @@ def run_once(spec: LabSpec, experiment: Experiment, flows: list[wl.Flow], label:
         "nodes": [{"name": n.name, "role": n.role, "rail": n.rail, "plane": n.plane} for n in spec.nodes],
         "links": links,
         "flows": flow_records,
-        "switches": deltas.switch_totals(before, after),
+        "switches": deltas.switch_totals(before, after, spec.name),
         "pfc_ports": deltas.pfc_ports(before, after),
         "host_pfc": host_pfc,
         # frames the receivers' sockets overflowed on: in `lost`, but not the fabric's doing

@@ -123,18 +123,23 @@ class LabSpec:
     # containerlab runtime only: the user deployed the containers with containerlab and
     # railab attached to them (`railab attach`), rather than railab deploying them
     attached: bool = False
+    # a lab split over machines (`deploy --hosts`): one machine's part holds the whole lab
+    # (same addresses, routes and MACs everywhere) and names the nodes that run on it;
+    # its agent programs only those switches (BPF state is one kernel's). None: all here.
+    local: list[str] | None = None
 
     # Indexes over nodes and ports, built on first use. The spec is fixed once built, but
     # for one step: the containerlab runtime adopts the ifindexes the kernel gave its
     # veths, and calls reindex() after it.
     def reindex(self) -> None:
+        self._local_set = None
         by_name = {n.name: n for n in self.nodes}
         ports: dict[int, tuple[NodeSpec, InterfaceSpec]] = {}
         by_mac: dict[str, tuple[NodeSpec, InterfaceSpec]] = {}
         for node in self.nodes:
             for iface in node.interfaces:
                 by_mac[iface.mac.lower()] = (node, iface)
-                if node.role != "host":
+                if node.role != "host" and self.is_local(node.name):
                     # host ifindexes repeat across namespaces under containerlab;
                     # switch ports are unique within a lab (one XDP object for all)
                     ports[iface.ifindex] = (node, iface)
@@ -209,9 +214,22 @@ class LabSpec:
             raise ValueError(f"no switch matches switch={switch!r} role={role!r}; switches: {shown}")
         return nodes
 
+    def is_local(self, node: str) -> bool:
+        """Whether the node runs on this machine (see `local`)."""
+        if self.local is None:
+            return True
+        if getattr(self, "_local_set", None) is None:
+            self._local_set = frozenset(self.local)
+        return node in self._local_set
+
+    def serves(self, host: NodeSpec) -> bool:
+        """Whether one of this machine's switches is a host's first hop (it learns it)."""
+        return self.local is None or any(self.is_local(i.peer_node) for i in host.interfaces)
+
     @property
     def switches(self) -> list[NodeSpec]:
-        return [n for n in self.nodes if n.role != "host"]
+        """The switches this machine runs (all of them unless the lab is split)."""
+        return [n for n in self.nodes if n.role != "host" and self.is_local(n.name)]
 
     @property
     def hosts(self) -> list[NodeSpec]:
@@ -232,7 +250,7 @@ class LabSpec:
         return {"name": self.name, "source": self.source, "kind": self.kind, "nodes": nodes,
                 "routes": routes, "hop_sets": [list(h) for h in hop_sets], "host_nics": host_nics,
                 "segments": self.segments, "runtime": self.runtime, "dataplane": self.dataplane,
-                "attached": self.attached}
+                "attached": self.attached, "local": self.local}
 
     @classmethod
     def from_json(cls, data: dict) -> "LabSpec":
@@ -249,7 +267,8 @@ class LabSpec:
         host_nics = {k: [HostNicSpec(**{**h, "relay": _relay_in(h["relay"], segments)}) for h in v]
                      for k, v in data["host_nics"].items()}
         return cls(data["name"], data["source"], data["kind"], nodes, routes, host_nics, segments,
-                   data.get("runtime", "netns"), data.get("dataplane", "xdp"), data.get("attached", False))
+                   data.get("runtime", "netns"), data.get("dataplane", "xdp"), data.get("attached", False),
+                   data.get("local"))
 
 
 def _fields(obj, cls) -> dict:

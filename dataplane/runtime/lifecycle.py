@@ -22,7 +22,7 @@ from dataplane.errors import RuntimeStateError
 from dataplane.runtime import clabattach
 from dataplane.runtime import containerlab as clab_runtime
 from dataplane.runtime import netns as rt
-from dataplane.runtime import state
+from dataplane.runtime import splitclean, splitstate, state
 from dataplane.runtime.labspec import LabSpec, lab_netns_prefix
 
 AGENT_READY_TIMEOUT_S = 120
@@ -71,6 +71,10 @@ def is_up(lab: str) -> bool:
     current = state.load(lab)
     if current is None or current.status != "up":
         return False
+    record = splitstate.load(lab)
+    if record is not None:          # a lab split over machines: its parts' agents
+        return all(p.get("port") and _agent_alive(p["part"], p.get("agent_pid"))
+                   for p in record["parts"] if p["switches"])
     present = set(rt.list_netns())
     return all(n.netns in present for n in current.spec.nodes) and _agent_alive(lab, current.agent_pid)
 
@@ -193,12 +197,16 @@ class _InterruptGuard(_StopSignals):
             raise KeyboardInterrupt
 
 
-def _start_agent(lab: str):
+def _start_agent(lab: str, prefix: tuple = (), extra: tuple = (), env: dict | None = None):
+    """The lab's agent, started at once (it compiles while the lab is built). `prefix`
+    runs it elsewhere (a split lab's machine: nsenter into its namespace), `extra` adds
+    arguments, `env` its environment."""
     read_fd, write_fd = os.pipe()
     log = open(state.agent_log(lab), "ab")
     try:
         agent = subprocess.Popen(
-            [sys.executable, "-m", "dataplane.agent", lab, "--ready-fd", str(write_fd)],
+            [*prefix, sys.executable, "-m", "dataplane.agent", lab, "--ready-fd", str(write_fd), *extra],
+            env=env,
             stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT,
             pass_fds=(write_fd,), start_new_session=True,
         )
@@ -302,7 +310,8 @@ def lab_leftovers(lab: str) -> bool:
 def _lab_netns(lab: str) -> list[str]:
     current = state.load(lab)
     if current is not None:
-        wanted = {n.netns for n in current.spec.nodes}
+        # a split lab's part: only its own machine's nodes (the others are another part's)
+        wanted = {n.netns for n in current.spec.nodes if current.spec.is_local(n.name)}
         return [n for n in rt.list_netns() if n in wanted]
     # No state file: fall back to the name prefix, leaving alone labs that still have one.
     prefix = lab_netns_prefix(lab)
@@ -364,6 +373,7 @@ def _exists(pid: int) -> bool:
 def destroy(lab: str) -> bool:
     """Remove everything of `lab`. Returns False when there was nothing to remove."""
     require_root()
+    _remove_parts(lab)
     namespaces = _lab_netns(lab)
     if not (namespaces or lab_leftovers(lab)):
         return False
@@ -382,6 +392,30 @@ def destroy(lab: str) -> bool:
     shutil.rmtree(state.pin_dir(lab), ignore_errors=True)
     shutil.rmtree(state.state_dir(lab), ignore_errors=True)
     return True
+
+
+def _remove_parts(lab: str) -> None:
+    """A lab split over machines: each part on its machine, then as a lab of its own;
+    one part named by itself: its machine's side."""
+    for part, netns, devices in splitclean.parts_of(lab):
+        # a containerlab still at work on the part (its deployer was killed) would finish
+        # it after the destroy
+        marker = str(clab_runtime.topology_file(part)).encode()
+        _terminate([p for p, argv in _processes() if marker in argv
+                    and any(a.endswith(b"containerlab") for a in argv)])
+        splitclean.machine_side(part, netns, devices)
+        if part != lab:
+            destroy(part)
+
+
+def _processes():
+    """(pid, argv) of every process but this one."""
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and int(entry) != os.getpid():
+            try:
+                yield int(entry), Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
 
 
 def _undo(spec: LabSpec) -> None:

@@ -43,11 +43,12 @@ HOST_NAME = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9_-]{0,31}$")
 class Host:
     name: str
     address: str                 # the underlay address the other hosts reach it at
+    dev: str | None = None       # the underlay device (`NAME=ADDRESS@DEV`), if named
 
 
 def parse_hosts(text: str) -> list[Host]:
-    """`--hosts NAME=ADDRESS,NAME=ADDRESS[,...]`: two hosts or more, names and addresses
-    each used once. One-line TopologyError otherwise."""
+    """`--hosts NAME=ADDRESS[@DEV],NAME=ADDRESS[@DEV][,...]`: two hosts or more, names and
+    addresses each used once. One-line TopologyError otherwise."""
     hosts: list[Host] = []
     for item in [part.strip() for part in text.split(",")]:
         name, sep, address = item.partition("=")
@@ -55,6 +56,7 @@ def parse_hosts(text: str) -> list[Host]:
             raise TopologyError(f"--hosts: {item!r} is not NAME=ADDRESS (e.g. a=192.0.2.1)")
         if not HOST_NAME.match(name):
             raise TopologyError(f"--hosts: host name {name!r}: 1-32 letters, digits, '-' and '_'")
+        address, _, dev = address.partition("@")
         try:
             address = str(ip_address(address))
         except ValueError:
@@ -65,7 +67,7 @@ def parse_hosts(text: str) -> list[Host]:
             if other.address == address:
                 raise TopologyError(f"--hosts: hosts {other.name} and {name} have the same "
                                     f"address {address}")
-        hosts.append(Host(name, address))
+        hosts.append(Host(name, address, dev or None))
     if len(hosts) < 2:
         raise TopologyError("--hosts: a lab split over hosts needs two hosts or more")
     return hosts
