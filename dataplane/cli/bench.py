@@ -272,26 +272,32 @@ def run_queue(args) -> int:
 
 
 def run_fabric(args) -> int:
-    from dataplane.bench.fabric import bench_fabric   # deferred: it imports scapy and bcc
-
     lifecycle.require_root()
+    log = lambda text: print(text, file=sys.stderr, flush=True)    # noqa: E731
     if args.across_machines:
-        return _run_fabric_across(args)
-    scale = 1.0 if args.scale is None else args.scale
-    if scale > 1:
-        raise UsageError(f"--scale {scale:g}: must be at most 1 (the nominal port speed)")
-    result = bench_fabric(duration_s=args.duration, repeat=args.repeat, scale=scale,
-                          bare=not args.no_bare, generic=not args.no_generic, sizes=args.frames,
-                          flows_list=args.flows, log=lambda text: print(text, file=sys.stderr, flush=True))
+        result, table, notes = _fabric_across(args, log), fabricview.across_table, fabricview.across_notes
+    else:
+        result, table, notes = _fabric_one_machine(args, log), fabricview.table, fabricview.notes
     if args.json:
         print(json.dumps(result, indent=2))
         return 0
-    output_console().print(fabricview.table(result))
-    print("\n".join(fabricview.notes(result)))
+    output_console().print(table(result))
+    print("\n".join(notes(result)))
     return 0
 
 
-def _run_fabric_across(args) -> int:
+def _fabric_one_machine(args, log) -> dict:
+    from dataplane.bench.fabric import bench_fabric   # deferred: it imports scapy and bcc
+
+    scale = 1.0 if args.scale is None else args.scale
+    if scale > 1:
+        raise UsageError(f"--scale {scale:g}: must be at most 1 (the nominal port speed)")
+    return bench_fabric(duration_s=args.duration, repeat=args.repeat, scale=scale,
+                        bare=not args.no_bare, generic=not args.no_generic, sizes=args.frames,
+                        flows_list=args.flows, log=log)
+
+
+def _fabric_across(args, log) -> dict:
     from dataplane.bench.fabriccut import bench_across   # deferred: it imports scapy
 
     # the one-machine rows' options: refused rather than silently ignored
@@ -300,14 +306,8 @@ def _run_fabric_across(args) -> int:
     if given:
         raise UsageError(f"{', '.join(given)}: not with --across-machines (its rows are railab's "
                          "native XDP, port model off)")
-    result = bench_across(duration_s=args.duration, repeat=args.repeat, sizes=args.frames,
-                          flows_list=args.flows, log=lambda text: print(text, file=sys.stderr, flush=True))
-    if args.json:
-        print(json.dumps(result, indent=2))
-        return 0
-    output_console().print(fabricview.across_table(result))
-    print("\n".join(fabricview.across_notes(result)))
-    return 0
+    return bench_across(duration_s=args.duration, repeat=args.repeat, sizes=args.frames,
+                        flows_list=args.flows, log=log)
 
 
 def run_lab(args) -> int:
