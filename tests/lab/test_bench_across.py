@@ -27,9 +27,10 @@ def test_across_machines_reports_within_and_across_rows_and_leaves_nothing():
     try:
         proc = railab("bench", "fabric", "--across-machines", "--duration", "0.3", "--repeat", "1",
                       "--json", timeout=120)
-    finally:
-        # also when the bench failed: it removes its lab and machines itself
-        assert _bench_made() - before == set()
+    except AssertionError as err:
+        # a failed bench removes its lab and machines too: say what it left, if anything
+        raise AssertionError(f"{err}\nleft behind: {sorted(_bench_made() - before)}") from None
+    assert _bench_made() - before == set()
     result = json.loads(proc.stdout)
     rows = {r["row"]: r for r in result["rows"]}
     assert list(rows) == ["within", "cut", "cut2"]
