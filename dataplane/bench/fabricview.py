@@ -39,3 +39,34 @@ def notes(result: dict) -> list[str]:
         f"{result['port_model_scale']:g}); {m['cpus']} CPUs, kernel {m['kernel']}, load average "
         f"{m['loadavg_before'][0]:.1f} before, {m['loadavg_after'][0]:.1f} after",
     ]
+
+
+ACROSS_COLUMNS = ("path", "cut links", "frame", "flows", "delivered", "x within", "kpps per CPU-s",
+                  "ns per packet", "runs kpps")
+
+
+def across_table(result: dict) -> Table:
+    """`--across-machines`: one row per path of the split lab (dataplane.bench.fabriccut)."""
+    t = Table(title=f"railab bench fabric --across-machines: {result['lab']}, port model off, delivered "
+                    f"at the receiver (median of {result['repeat']} x {result['duration_s']:g} s, all rows in turn)")
+    for col in ACROSS_COLUMNS:
+        t.add_column(col, justify="left" if col == "path" else "right", no_wrap=True)
+    for r in result["rows"]:
+        rate = (f"{r['pps'] / 1e3:,.0f} kpps" if r["frame_bytes"] < 1000 else f"{r['bps'] / 1e9:.2f} Gb/s")
+        t.add_row(f"{r['label']}: {r['path']}", str(r["cut_links"]), f"{r['frame_bytes']} B", str(r["flows"]),
+                  rate, _f(r["ratio"], ".2f"), _f(r["pps_per_cpu"] and r["pps_per_cpu"] / 1e3, ",.0f"),
+                  _f(r["ns_per_packet"], ",.0f"), " ".join(f"{x / 1e3:.0f}" for x in r["pps_runs"]))
+    return t
+
+
+def across_notes(result: dict) -> list[str]:
+    m = result["machine"]
+    placed = "; ".join(f"machine {h}: {', '.join(n for n in nodes if not n.startswith('srv'))}"
+                       for h, nodes in result["placement"].items())
+    return [
+        f"machines: network namespaces of this one joined by a veth underlay (MTU 1550); {placed}",
+        "cut link: a vxlan-stitch link between machines (containerlab's veth + VXLAN at each end); "
+        "each row's flows pinned to one leaf uplink by traffic-matrix entries",
+        f"x within: against the within-one-machine row; {m['cpus']} CPUs, kernel {m['kernel']}, load "
+        f"average {m['loadavg_before'][0]:.1f} before, {m['loadavg_after'][0]:.1f} after",
+    ]

@@ -62,7 +62,7 @@ def register(sub) -> None:
     fb.add_argument("--duration", type=positive(float), default=1.5, help="seconds per measurement")
     fb.add_argument("--repeat", type=positive(int), default=3,
                     help="measurements per row, all rows in turn (median)")
-    fb.add_argument("--scale", type=positive(float), default=1.0,
+    fb.add_argument("--scale", type=positive(float),
                     help="port model scale of the 'on' rows (400G ports x scale; default 1: the model "
                          "does its bookkeeping on every frame but never caps this machine's rate)")
     fb.add_argument("--frames", type=_int_list, default=[64], metavar="B,..",
@@ -72,6 +72,10 @@ def register(sub) -> None:
     fb.add_argument("--no-bare", action="store_true",
                     help="leave out the rows of the minimal XDP forwarder (the floor of XDP on veth)")
     fb.add_argument("--no-generic", action="store_true", help="leave out the generic-mode XDP rows")
+    fb.add_argument("--across-machines", action="store_true",
+                    help="instead: the clos2 lab split over two emulated machines (needs Docker, "
+                         "containerlab and railab's images): the rate within one machine, across a "
+                         "cut link and through the other machine's spine, side by side")
     fb.add_argument("--json", action="store_true")
     fb.set_defaults(func=run_fabric)
     q = which.add_parser("queue", help="TCP through the virtual and the real queue, slow and fast ports")
@@ -268,20 +272,42 @@ def run_queue(args) -> int:
 
 
 def run_fabric(args) -> int:
-    from dataplane.bench.fabric import bench_fabric   # deferred: it imports scapy and bcc
-
     lifecycle.require_root()
-    if args.scale > 1:
-        raise UsageError(f"--scale {args.scale:g}: must be at most 1 (the nominal port speed)")
-    result = bench_fabric(duration_s=args.duration, repeat=args.repeat, scale=args.scale,
-                          bare=not args.no_bare, generic=not args.no_generic, sizes=args.frames,
-                          flows_list=args.flows, log=lambda text: print(text, file=sys.stderr, flush=True))
+    log = lambda text: print(text, file=sys.stderr, flush=True)    # noqa: E731
+    if args.across_machines:
+        result, table, notes = _fabric_across(args, log), fabricview.across_table, fabricview.across_notes
+    else:
+        result, table, notes = _fabric_one_machine(args, log), fabricview.table, fabricview.notes
     if args.json:
         print(json.dumps(result, indent=2))
         return 0
-    output_console().print(fabricview.table(result))
-    print("\n".join(fabricview.notes(result)))
+    output_console().print(table(result))
+    print("\n".join(notes(result)))
     return 0
+
+
+def _fabric_one_machine(args, log) -> dict:
+    from dataplane.bench.fabric import bench_fabric   # deferred: it imports scapy and bcc
+
+    scale = 1.0 if args.scale is None else args.scale
+    if scale > 1:
+        raise UsageError(f"--scale {scale:g}: must be at most 1 (the nominal port speed)")
+    return bench_fabric(duration_s=args.duration, repeat=args.repeat, scale=scale,
+                        bare=not args.no_bare, generic=not args.no_generic, sizes=args.frames,
+                        flows_list=args.flows, log=log)
+
+
+def _fabric_across(args, log) -> dict:
+    from dataplane.bench.fabriccut import bench_across   # deferred: it imports scapy
+
+    # the one-machine rows' options: refused rather than silently ignored
+    given = [flag for flag, on in (("--scale", args.scale is not None), ("--no-bare", args.no_bare),
+                                   ("--no-generic", args.no_generic)) if on]
+    if given:
+        raise UsageError(f"{', '.join(given)}: not with --across-machines (its rows are railab's "
+                         "native XDP, port model off)")
+    return bench_across(duration_s=args.duration, repeat=args.repeat, sizes=args.frames,
+                        flows_list=args.flows, log=log)
 
 
 def run_lab(args) -> int:

@@ -1,6 +1,6 @@
 """railab's switches across machines: `railab deploy --runtime containerlab --hosts ...` of
 the rail-optimized lab over two and three machines, each machine a network namespace of
-this one joined by an underlay (tests/lab/machines.py), with containerlab and one agent
+this one joined by an underlay (dataplane/runtime/emulated.py), with containerlab and one agent
 per machine. The CLI in the root namespace reaches the agents over the underlay with
 the lab's token. Needs Docker, containerlab and railab's images (scripts/setup.sh)."""
 from __future__ import annotations
@@ -16,10 +16,11 @@ import yaml
 from dataplane.agent import client, netserve, remote
 from dataplane.lab import faults
 from dataplane.runtime import containerlab, splitstate, state
+from dataplane.runtime.emulated import emulated_machines, hosts_option
 
 from . import clabtools
-from .conftest import ROOT, RAILAB, leftovers, railab, shipped, unique_name
-from .machines import emulated_machines, hosts_option, stitch_devices
+from .clabtools import split_leftovers
+from .conftest import ROOT, RAILAB, railab, shipped, unique_name
 
 PAIRS = 448         # rail-optimized: 32 NIC ports on 8 servers
 
@@ -27,26 +28,6 @@ PAIRS = 448         # rail-optimized: 32 NIC ports on 8 servers
 @pytest.fixture(autouse=True)
 def containerlab_ready():
     clabtools.require([containerlab.node_image()])
-
-
-def _nothing_left(lab: str, hosts: dict) -> list[str]:
-    """Everything a split lab could leave, on every machine."""
-    found = [f"{what} of {part}" for part in [lab] + [f"{lab}-{h}" for h in hosts]
-             for what in leftovers(part)]
-    found += [f"container {c}" for h in hosts for c in clabtools.containers(f"{lab}-{h}")]
-    found += [f"{h}: {d}" for h, devices in stitch_devices(hosts).items() for d in devices]
-    found += [f"netns {ns}" for ns in os.listdir("/run/netns") if lab in ns]
-    found += [f"process {pid}" for pid in os.listdir("/proc") if pid.isdigit()
-              and lab.encode() in _cmdline(pid)]
-    return found
-
-
-def _cmdline(pid: str) -> bytes:
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            return f.read()
-    except OSError:
-        return b""
 
 
 def _deploy(lab: str, hosts: dict, *extra: str, check: bool = True):
@@ -116,7 +97,7 @@ def test_two_machines_probe_counters_token_failover_and_destroy():
             faults.clear(lab)
         finally:
             railab("destroy", lab, check=False, timeout=300)
-        assert _nothing_left(lab, hosts) == []
+        assert split_leftovers(lab, hosts) == []
 
 
 def test_three_machines_probe_and_a_run_with_counters_per_machine(tmp_path):
@@ -141,7 +122,7 @@ def test_three_machines_probe_and_a_run_with_counters_per_machine(tmp_path):
                 assert all(machines[h]["tx_packets"] > 1000 for h in with_switches), machines
         finally:
             railab("destroy", lab, check=False, timeout=300)
-        assert _nothing_left(lab, hosts) == []
+        assert split_leftovers(lab, hosts) == []
 
 
 def test_destroy_after_kill_9_of_the_deployer_leaves_nothing():
@@ -163,7 +144,7 @@ def test_destroy_after_kill_9_of_the_deployer_leaves_nothing():
                 deployer.kill()
                 deployer.wait()
             railab("destroy", lab, check=False, timeout=300)
-        assert _nothing_left(lab, hosts) == []
+        assert split_leftovers(lab, hosts) == []
 
 
 def test_bad_hosts_are_refused_in_one_line_with_nothing_made():
@@ -188,4 +169,4 @@ def test_bad_hosts_are_refused_in_one_line_with_nothing_made():
             assert proc.returncode != 0, args
             assert message in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
             assert "Traceback" not in proc.stderr
-            assert _nothing_left(lab, hosts) == [] and _nothing_left(lab, small) == []
+            assert split_leftovers(lab, hosts) == [] and split_leftovers(lab, small) == []
