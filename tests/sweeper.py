@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import subprocess
 from pathlib import Path
 
 from dataplane.runtime import lifecycle
@@ -18,6 +19,10 @@ from dataplane.runtime import netns as rt
 from dataplane.runtime.labspec import NETNS_PREFIX
 
 _OWNED = re.compile(r"^rlt(\d+)(?:-|$)")
+# emulated machines (dataplane.runtime.emulated) made under machines_tag(): their
+# namespaces rlm-<pid><letter>-<host> and rlu-<pid><letter>, the root's end rlu<pid><letter>r
+_MACHINE_NETNS = re.compile(r"^rl[mu]-(\d+)[a-z](?:-|$)")
+_MACHINE_LINK = re.compile(r"^rlu(\d+)[a-z]r$")
 BPFFS = Path("/sys/fs/bpf")
 
 
@@ -26,8 +31,14 @@ def tag(pid: int | None = None) -> str:
     return f"rlt{os.getpid() if pid is None else pid}"
 
 
-def _swept(name: str, include_own: bool) -> bool:
-    m = _OWNED.match(name)
+def machines_tag(letter: str) -> str:
+    """The tag of a set of emulated machines this session makes: the pid, so that a killed
+    session's are swept, and a letter (not a digit: it would read as part of the pid)."""
+    return f"{os.getpid()}{letter}"
+
+
+def _swept(name: str, include_own: bool, owned: re.Pattern = _OWNED) -> bool:
+    m = owned.match(name)
     if not m:
         return False
     pid = int(m.group(1))
@@ -45,6 +56,15 @@ def sweep(include_own: bool = False) -> list[str]:
              if _swept(n[len(NETNS_PREFIX):] if n.startswith(NETNS_PREFIX) else n, include_own)]
     lifecycle.destroy_namespaces(stray)
     removed += [f"netns {n}" for n in stray]
+    # emulated machines after the labs on them: their namespaces held the labs' parts
+    for ns in rt.list_netns():
+        if _swept(ns, include_own, _MACHINE_NETNS):
+            subprocess.run(["ip", "netns", "delete", ns], capture_output=True)
+            removed.append(f"netns {ns}")
+    for link in os.listdir("/sys/class/net"):
+        if _swept(link, include_own, _MACHINE_LINK):
+            subprocess.run(["ip", "link", "delete", link], capture_output=True)
+            removed.append(f"device {link}")
     for pins in sorted(BPFFS.glob("rlt*")) if BPFFS.is_dir() else []:
         if _swept(pins.name, include_own):
             shutil.rmtree(pins, ignore_errors=True)

@@ -18,6 +18,7 @@ from dataplane.lab import faults
 from dataplane.runtime import containerlab, splitstate, state
 from dataplane.runtime.emulated import emulated_machines, hosts_option
 
+from .. import sweeper
 from . import clabtools
 from .clabtools import split_leftovers
 from .conftest import ROOT, RAILAB, railab, shipped, unique_name
@@ -61,7 +62,7 @@ def _cut_uplink(lab: str) -> tuple[str, str]:
 
 def test_two_machines_probe_counters_token_failover_and_destroy():
     lab = unique_name("mh2")
-    with emulated_machines(lab[-6:] + "2", 2, subnet="192.168.81") as hosts:
+    with emulated_machines(sweeper.machines_tag("t"), 2, subnet="192.168.81") as hosts:
         try:
             out = _deploy(lab, hosts).stdout
             assert "over 2 machines" in out
@@ -107,7 +108,7 @@ def test_three_machines_probe_and_a_run_with_counters_per_machine(tmp_path):
                       workload=str(ROOT / "experiments" / experiment["workload"]))
     path = tmp_path / "exp.yml"
     path.write_text(yaml.safe_dump(experiment))
-    with emulated_machines(lab[-6:] + "3", 3, subnet="192.168.82") as hosts:
+    with emulated_machines(sweeper.machines_tag("h"), 3, subnet="192.168.82") as hosts:
         try:
             assert "over 3 machines" in _deploy(lab, hosts).stdout
             assert f"{PAIRS}/{PAIRS} NIC pairs ok" in railab("probe", lab).stdout
@@ -127,7 +128,7 @@ def test_three_machines_probe_and_a_run_with_counters_per_machine(tmp_path):
 
 def test_destroy_after_kill_9_of_the_deployer_leaves_nothing():
     lab = unique_name("mhk")
-    with emulated_machines(lab[-6:] + "k", 2, subnet="192.168.83") as hosts:
+    with emulated_machines(sweeper.machines_tag("k"), 2, subnet="192.168.83") as hosts:
         deployer = subprocess.Popen([*RAILAB, "deploy", str(shipped("rail-optimized")), "--name", lab,
                                      "--runtime", "containerlab", "--hosts", hosts_option(hosts)],
                                     cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -149,8 +150,8 @@ def test_destroy_after_kill_9_of_the_deployer_leaves_nothing():
 
 def test_bad_hosts_are_refused_in_one_line_with_nothing_made():
     lab = unique_name("mhr")
-    with emulated_machines(lab[-6:] + "r", 2, subnet="192.168.84") as hosts, \
-            emulated_machines(lab[-6:] + "s", 2, mtu=1500, subnet="192.168.85") as small:
+    with emulated_machines(sweeper.machines_tag("r"), 2, subnet="192.168.84") as hosts, \
+            emulated_machines(sweeper.machines_tag("s"), 2, mtu=1500, subnet="192.168.85") as small:
         a, b = (address for _, address in hosts.values())
         path = os.environ["PATH"].replace("/usr/local/bin", "/nonexistent")
         cases = [

@@ -61,3 +61,27 @@ def test_a_lab_whose_state_went_is_still_found_and_destroyed():
     finally:
         lifecycle.destroy(spec.name)
     assert leftovers(spec.name, spec) == []
+
+
+def test_emulated_machines_of_a_dead_session_are_swept_and_a_live_ones_kept():
+    """The split-lab tests' machines (namespaces and the root's underlay end) carry the pid
+    of the session that made them: a killed session's go at the next sweep."""
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    made = {}
+    for owner in (dead, str(os.getpid())):
+        made[owner] = (f"rlm-{owner}x-a", f"rlu{owner}xr")
+        subprocess.run(["ip", "netns", "add", made[owner][0]], check=True)
+        subprocess.run(["ip", "link", "add", made[owner][1], "type", "veth", "peer", "name",
+                        f"rlp{owner}x"[:15]], check=True)
+    try:
+        removed = sweeper.sweep()
+        assert f"netns {made[dead][0]}" in removed and f"device {made[dead][1]}" in removed
+        assert not os.path.exists(f"/run/netns/{made[dead][0]}")
+        assert not os.path.exists(f"/sys/class/net/{made[dead][1]}")
+        mine = str(os.getpid())        # this session is alive: its machines stay
+        assert os.path.exists(f"/run/netns/{made[mine][0]}") and os.path.exists(f"/sys/class/net/{made[mine][1]}")
+    finally:
+        for ns, link in made.values():
+            subprocess.run(["ip", "netns", "delete", ns], capture_output=True)
+            subprocess.run(["ip", "link", "delete", link], capture_output=True)
