@@ -8,7 +8,7 @@ import sys
 from rich.console import Console
 
 from dataplane.errors import RuntimeStateError
-from dataplane.runtime import state
+from dataplane.runtime import splitstate, state
 
 
 def load_lab(lab: str) -> state.LabState:
@@ -23,6 +23,8 @@ def single_lab(lab: str | None) -> str:
     if lab:
         return state.check_lab_name(lab)
     labs = state.known_labs()
+    # a split lab's parts (`<lab>-<host>`) are its own business: the lab is what a user means
+    labs = [n for n in labs if (splitstate.part_mark(n) or {}).get("lab") not in labs]
     if len(labs) == 1:
         return labs[0]
     if not labs:

@@ -213,3 +213,18 @@ def test_a_run_on_a_split_lab_prints_each_machines_counters():
         "a": {"tx_packets": 1200, "drops": 0}, "b": {"tx_packets": 900, "drops": 3}}}}]},
         "spray": {"runs": [{"switches": {}}]}}}
     assert _machine_lines(results) == ["ecmp per machine (switch packets sent, drops): a 1,200, 0, b 900, 3"]
+
+
+def test_a_command_without_a_lab_name_means_the_split_lab_not_its_parts(monkeypatch):
+    """Parts (`<lab>-<host>`) have state of their own; naming no lab still means the lab."""
+    from dataplane.cli import common
+    marks = {"big-a": {"lab": "big"}, "big-b": {"lab": "big"}, "orphan-a": {"lab": "orphan"}}
+    monkeypatch.setattr(common.state, "known_labs", lambda: ["big", "big-a", "big-b"])
+    monkeypatch.setattr(common.splitstate, "part_mark", marks.get)
+    assert common.single_lab(None) == "big"
+    # a part whose lab is gone is left to name (destroy cleans it up by that name)
+    monkeypatch.setattr(common.state, "known_labs", lambda: ["orphan-a"])
+    assert common.single_lab(None) == "orphan-a"
+    monkeypatch.setattr(common.state, "known_labs", lambda: ["big", "big-a", "other"])
+    with pytest.raises(common.RuntimeStateError, match="big, other"):
+        common.single_lab(None)
