@@ -60,13 +60,13 @@ def cross_leaf_path(spec: LabSpec) -> FabricPath:
         for dst_if in dst.interfaces:
             if dst_if.peer_node != src_if.peer_node and dst_if.address:
                 leaf = nodes[src_if.peer_node]
-                return FabricPath(src.netns, src_if.name, src_if.mac, _ip(src_if.address),
+                return FabricPath(src.netns, src_if.name, src_if.mac, host_address(src_if.address),
                                   leaf.interface(src_if.peer_if).mac, dst.netns, dst_if.name,
-                                  _ip(dst_if.address))
+                                  host_address(dst_if.address))
     raise ValueError(f"lab {spec.name}: no two hosts behind different leaves")
 
 
-def _ip(cidr: str | None) -> str:
+def host_address(cidr: str | None) -> str:
     if not cidr:
         raise ValueError("a host port without an address")
     return str(IPv4Interface(cidr).ip)
@@ -311,9 +311,6 @@ VARIANTS = {
 DIRECT_OF = {"plain": "plain-direct"}      # every other row: "direct"
 
 
-def _median(values: list[float]) -> float:
-    return statistics.median(values)
-
 
 @contextmanager
 def _plain_direct(model: FabricPath):
@@ -396,9 +393,9 @@ def bench_fabric(*, duration_s: float = 1.5, repeat: int = 3, scale: float = DEF
 
 
 def _row(name: str, model: str, size: int, flows: int, runs: list[dict]) -> dict:
-    per_cpu = _median_of(runs, "pps_per_cpu")
+    per_cpu = median_of(runs, "pps_per_cpu")
     return {"dataplane": name, "label": VARIANTS[name], "port_model": model, "frame_bytes": size,
-            "flows": flows, "pps": _median([r["pps"] for r in runs]), "bps": _median([r["bps"] for r in runs]),
+            "flows": flows, "pps": statistics.median([r["pps"] for r in runs]), "bps": statistics.median([r["bps"] for r in runs]),
             "pps_per_cpu": per_cpu, "ns_per_packet": 1e9 / per_cpu if per_cpu else None,
             "pps_runs": [round(r["pps"]) for r in runs]}
 
@@ -409,20 +406,20 @@ def _compare(rows: list[dict], hops: int) -> None:
     by_name = {(r["dataplane"], r["port_model"]): r for r in rows}
     base = by_name[(BASELINE, "-")]
     for r in rows:
-        r["ratio"] = _ratio(r["pps"], base["pps"])
-        r["ratio_per_cpu"] = _ratio(r["pps_per_cpu"], base["pps_per_cpu"])
+        r["ratio"] = ratio(r["pps"], base["pps"])
+        r["ratio_per_cpu"] = ratio(r["pps_per_cpu"], base["pps_per_cpu"])
         ceiling = by_name.get((DIRECT_OF.get(r["dataplane"], "direct"), "-"))
         r["hop_ns"] = None
         if "direct" not in r["dataplane"] and ceiling and r["ns_per_packet"] and ceiling["ns_per_packet"]:
             r["hop_ns"] = (r["ns_per_packet"] - ceiling["ns_per_packet"]) / hops
 
 
-def _median_of(runs: list[dict], key: str) -> float | None:
+def median_of(runs: list[dict], key: str) -> float | None:
     values = [r[key] for r in runs if r.get(key)]
-    return _median(values) if values else None
+    return statistics.median(values) if values else None
 
 
-def _ratio(a: float | None, b: float | None) -> float | None:
+def ratio(a: float | None, b: float | None) -> float | None:
     return a / b if a and b else None
 
 

@@ -22,12 +22,13 @@ from __future__ import annotations
 import os
 import platform
 import shutil
+import statistics
 import uuid
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 
-from dataplane.bench.fabric import DPORT, FIRST_SPORT, FabricPath, _ip, _median, _median_of, _ratio, measure
+from dataplane.bench.fabric import DPORT, FIRST_SPORT, FabricPath, host_address, measure, median_of, ratio
 from dataplane.bench.traffic import TRAFGEN, link_stats
 from dataplane.errors import RuntimeStateError
 from dataplane.lab.fabric import Fabric
@@ -89,9 +90,9 @@ def split_paths(spec: LabSpec, where: dict[str, str]) -> list[CutPath]:
     def row(name: str, uplink, dst_host, dst_if) -> CutPath:
         spine = uplink.peer_node
         cut = (where[spine] != home) + (where[spine] != where[dst_if.peer_node])
-        path = FabricPath(src.netns, src_if.name, src_if.mac, _ip(src_if.address),
+        path = FabricPath(src.netns, src_if.name, src_if.mac, host_address(src_if.address),
                           leaf.interface(src_if.peer_if).mac, dst_host.netns, dst_if.name,
-                          _ip(dst_if.address))
+                          host_address(dst_if.address))
         text = (f"{src.name}:{src_if.name} -> {leaf.name} -> {spine} -> {dst_if.peer_node} -> "
                 f"{dst_host.name}:{dst_if.name}")
         return CutPath(name, path, leaf.name, uplink.name, spine, uplink.peer_if, cut, text)
@@ -199,10 +200,10 @@ def bench_across(*, duration_s: float = 1.5, repeat: int = 3, sizes=(64,), flows
 
 
 def _row(cut: CutPath, size: int, flows: int, runs: list[dict]) -> dict:
-    per_cpu = _median_of(runs, "pps_per_cpu")
+    per_cpu = median_of(runs, "pps_per_cpu")
     return {"row": cut.row, "label": ROWS[cut.row], "path": cut.text, "cut_links": cut.cut_links,
-            "frame_bytes": size, "flows": flows, "pps": _median([r["pps"] for r in runs]),
-            "bps": _median([r["bps"] for r in runs]), "pps_per_cpu": per_cpu,
+            "frame_bytes": size, "flows": flows, "pps": statistics.median([r["pps"] for r in runs]),
+            "bps": statistics.median([r["bps"] for r in runs]), "pps_per_cpu": per_cpu,
             "ns_per_packet": 1e9 / per_cpu if per_cpu else None,
             "pps_runs": [round(r["pps"]) for r in runs]}
 
@@ -211,5 +212,5 @@ def _compare(rows: list[dict]) -> None:
     """Each row's rate and CPU cost against the within-one-machine row's."""
     base = next(r for r in rows if r["row"] == BASELINE)
     for r in rows:
-        r["ratio"] = _ratio(r["pps"], base["pps"])
-        r["ratio_per_cpu"] = _ratio(r["pps_per_cpu"], base["pps_per_cpu"])
+        r["ratio"] = ratio(r["pps"], base["pps"])
+        r["ratio_per_cpu"] = ratio(r["pps_per_cpu"], base["pps_per_cpu"])
