@@ -7,47 +7,19 @@
  * XOFF bytes, XON below XON bytes) out of the ingress port, and the neighbour holds
  * that priority. Received PFC frames are recorded per port and priority (pause_until);
  * while an egress port is paused its lossless frames wait in the port's qdisc (the agent
- * holds that class) and stay in their ingress accounts, so the pause spreads upstream
- * hop by hop. A frame in a real queue leaves its account when the kernel sends it out of
- * the egress port (switch.c rl_departed, on the net_dev_start_xmit tracepoint; the
- * frame's skb->mark names the account); a virtual-only port's frames leave at their
- * modelled departure, or, held by a pause (PFC_HELD entries), when that pause ends.
- * Retiring entries needs other ports' pause state: a map lookup, so it lives in
- * switch.c (rl_pfc_retire).
+ * holds that class) and stay in their ingress accounts as PFC_HELD entries, so the
+ * pause spreads upstream hop by hop. Retiring entries needs other ports' pause state:
+ * a map lookup, so it lives in switch.c (rl_pfc_retire).
  */
 #ifndef RAILAB_PFC_H
 #define RAILAB_PFC_H
 
 #include "railab_structs.h"
 
-/* Lossless bytes of an ingress account: the ring's and those in real queues (`real`, its
- * pfc_real; below 0 after a frame was counted off twice: read as 0). */
-static __always_inline __u32 pfc_occupancy(const struct pfc_port *pp, const __u32 *real)
-{
-    __s32 in_qdiscs = real ? (__s32)*real : 0;
-
-    return pp->bytes + (in_qdiscs > 0 ? (__u32)in_qdiscs : 0);
-}
-
-static __always_inline void pfc_note_peak(struct pfc_port *pp, const __u32 *real)
-{
-    __u32 occupancy = pfc_occupancy(pp, real);
-
-    if (occupancy > pp->peak)
-        pp->peak = occupancy;
-}
-
-/* A frame handed to a real queue: counted until rl_departed sees it leave. */
-static __always_inline void pfc_hold_real(struct pfc_port *pp, __u32 *real, __u32 len)
-{
-    __sync_fetch_and_add(real, len);
-    pfc_note_peak(pp, real);
-}
-
 /* Hold the queued frame in its ingress port's account until t_dep (a time, or PFC_HELD |
  * egress slot). A full ring merges the frame into the newest entry (its bytes stay
  * counted, leaving with the later frame). */
-static __always_inline void pfc_hold(struct pfc_port *pp, const __u32 *real, __u64 t_dep, __u32 len)
+static __always_inline void pfc_hold(struct pfc_port *pp, __u64 t_dep, __u32 len)
 {
     __u32 h = pp->head;
 
@@ -63,7 +35,8 @@ static __always_inline void pfc_hold(struct pfc_port *pp, const __u32 *real, __u
         pp->head = h + 1;
     }
     pp->bytes += len;
-    pfc_note_peak(pp, real);
+    if (pp->bytes > pp->peak)
+        pp->peak = pp->bytes;
 }
 
 /* A PFC frame (opcode 0x0101) received on a port: count it and record, per enabled

@@ -151,14 +151,6 @@
 #define PFC_F_ON      (1U << 0)       /* pfc_cfg.flags: lossless priority accounted, never tail-dropped */
 #define PFC_HELD      (1ULL << 63)    /* pfc_port.t_dep: held by a pause on egress slot (low 32 bits),
                                        * leaves when that port's pause ends */
-/* skb->mark of a frame handed to a real queue: the lab's tag (pfc_cfg.mark_tag, 0x10..0xff)
- * over the ingress port slot whose PFC account holds it (a lossless frame; slots below
- * 2^24 - 1) or PFC_MARK_NO_ACCOUNT: rl_departed, which sees every frame the machine
- * sends, knows the frames of its lab and the account they are in */
-#define PFC_MARK_NO_ACCOUNT   0xFFFFFFU
-#define PFC_MARK(tag, bits)   (((__u32)(tag) << 24) | ((bits) & 0xFFFFFFU))
-#define PFC_MARK_TAG(mark)    ((mark) >> 24)
-#define PFC_MARK_SLOT(mark)   ((mark) & 0xFFFFFFU)
 /* skb->priority (an HTB class id, "1:10" / "1:20") tc_handoff gives a frame on a PFC port:
  * the lossless class can be held for a pause while the other keeps sending */
 #define PFC_TC_LOSSLESS   0x10010U

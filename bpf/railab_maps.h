@@ -96,21 +96,6 @@ BPF_ARRAY(pfc_cfg, struct pfc_cfg, 1);
  * accounting ring, headroom limit, PFC frames received and the pause times they set). */
 BPF_ARRAY(pfc_port, struct pfc_port, MAX_PORTS);
 
-/* pfc_real: key __u32 ingress port slot -> __u32 bytes of its lossless frames in real egress
- * queues (qdiscs): added at the handoff, taken off (atomically, on any CPU) when the frame
- * really leaves its egress port or dies in the qdisc (rl_departed). Read as signed: a
- * frame counted off twice leaves it below 0, counted as 0. A map of its own so the agent
- * can set one account to 0 (a frame that died unseen) without touching the ring. */
-BPF_ARRAY(pfc_real, __u32, MAX_PORTS);
-
-/* port_real_free: key __u32 egress port slot -> __u64 bpf_ktime_get_ns() at which its real
- * queue would be empty if it drained at the port's speed from now on: written by
- * rl_departed from the root qdisc's backlog as each of the lab's frames leaves the port.
- * The virtual queue never reads less backlog than that: a qdisc that drains late (a busy
- * machine) holds its frames longer than the model, and the marks and drops follow the
- * queue that is there. A queue flushed unseen (a link down) stops counting by itself. */
-BPF_ARRAY(port_real_free, __u64, MAX_PORTS);
-
 /* Notices in the data plane (switch.c rl_notice_tx / rl_notice_rx; docs/manual/faults.md).
  * arn_cfg: key 0 -> struct arn_cfg (generate / consume, hold, rate limit).
  * arn_ports: key port slot -> struct arn_port (fabric link?, the notice's addresses, the neighbour).

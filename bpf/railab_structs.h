@@ -20,8 +20,8 @@ struct port_info {
     __u16 lbn;            /* LBN value of this ingress port (LB_MODE_LBN) */
     __u8  mac[6];         /* the port's MAC: ARP replies and src MAC of frames it sends */
     __u16 _pad;
-    __u64 speed_bps;      /* emulated (scaled) port speed: the departure tracepoints turn a
-                           * qdisc's backlog into time with it; XDP uses port_queue.ps_per_byte */
+    __u64 speed_bps;      /* emulated (scaled) port speed; informational, the data path uses
+                           * port_queue.ps_per_byte */
 };
 
 /* value of `switches` (key: __u32 switch_id, array index) */
@@ -172,7 +172,7 @@ struct handoff {
     __u32 magic;          /* HANDOFF_MAGIC */
     __u32 ifindex;        /* egress ifindex (host order) */
     __u32 tc_class;       /* skb->priority for the egress qdisc (PFC_TC_*), 0 = leave it */
-    __u32 pfc_mark;       /* skb->mark naming the lossless frame's ingress account (PFC_MARK), 0 = none */
+    __u32 _pad;
 };
 
 /* key of `flowlets` (LRU hash) */
@@ -238,24 +238,21 @@ struct pfc_cfg {
     __u32 flags;          /* PFC_F_* */
     __u8  lossless_dscp;  /* frames with this DSCP are in the lossless priority */
     __u8  lossless_prio;  /* that priority (0..7), informational for the data path */
-    __u16 mark_tag;       /* this lab's tag in PFC_MARK (a machine runs several labs) */
+    __u16 _pad;
 };
 
 /* value of `pfc_port` (ARRAY, key: ingress port slot): ingress accounting of the lossless
- * priority. Frames that wait in a real queue (a qdisc) are counted in `pfc_real` until the
- * kernel really sends them (rl_departed): a late-draining qdisc on a busy machine keeps
- * them counted, as a switch's buffer would. Frames of virtual-only egress ports are a ring
- * of (departure time, length): an entry is pushed when a frame is queued (its departure is
- * the egress queue's t_free after it), retired when that time has passed; bytes = what
- * the ring holds. The agent adds pfc_real to the ring's entries still to leave (the
- * occupancy) to decide XOFF/XON. One rx queue per veth: one CPU at a time updates a
- * port's ring (no lock). */
+ * priority. The frames of this ingress port that wait in egress queues, as a ring of
+ * (departure time, length): an entry is pushed when a frame is queued (its departure is the
+ * egress queue's t_free after it), retired when that time has passed. bytes = what the
+ * ring holds; the agent sums the entries still to leave (the exact occupancy) to decide
+ * XOFF/XON. One rx queue per veth: one CPU at a time updates a port's ring (no lock). */
 struct pfc_port {
     __u32 limit_bytes;    /* config: XOFF + headroom; a frame beyond it is dropped (0 = off) */
     __u32 head;           /* state: next entry to fill (mod PFC_RING) */
     __u32 tail;           /* state: oldest entry still held */
     __u32 bytes;          /* state: bytes of the entries tail..head */
-    __u32 peak;           /* state: largest occupancy seen (headroom used = peak - XOFF) */
+    __u32 peak;           /* state: largest `bytes` seen (headroom used = peak - XOFF) */
     __u32 _pad;
     __u64 headroom_drops; /* state: frames dropped at limit_bytes */
     __u64 pause_rx;       /* state: PFC frames received on this port (from the neighbour) */

@@ -469,12 +469,10 @@ static __always_inline __u64 rl_div1000(__u64 x)
  * atomically, and the CPU that moves win_start on by compare-and-swap closes the
  * utilisation window. The same arithmetic as one CPU at a time under a lock, without
  * the helper calls (bpf_spin_lock + unlock cost ~45 ns here). A window start newer than
- * this packet's clock read (another CPU's later `now`) is not a window end. real_ns: the
- * port's real queue's backlog as drain time (0 without one); the virtual queue never
- * reads less. */
+ * this packet's clock read (another CPU's later `now`) is not a window end. */
 #define RL_CAS_TRIES 3
 static __always_inline int queue_admit(struct port_queue *q, __u64 now, __u64 tx_ns, int *mark,
-                                       __u64 buf_ns, __u64 real_ns)
+                                       __u64 buf_ns)
 {
     __u64 tf, prev, backlog = 0, ws, elapsed, sample, busy;
     int drop = 0, done = 0, i;
@@ -484,8 +482,6 @@ static __always_inline int queue_admit(struct port_queue *q, __u64 now, __u64 tx
     for (i = 0; i < RL_CAS_TRIES; i++) {
         if (!done && !drop) {
             backlog = tf > now ? tf - now : 0;
-            if (backlog < real_ns)   /* the real queue is behind the model: it is the queue */
-                backlog = real_ns;
             if (backlog + tx_ns > buf_ns) {
                 drop = 1;
             } else {
@@ -500,15 +496,11 @@ static __always_inline int queue_admit(struct port_queue *q, __u64 now, __u64 tx
     if (!done && !drop) {   /* still losing races: queue it by an atomic add (approximate:
                              * an idle queue's t_free is not moved up to now first) */
         backlog = tf > now ? tf - now : 0;
-        if (backlog < real_ns)
-            backlog = real_ns;
         if (backlog + tx_ns > buf_ns) {
             drop = 1;
         } else {
             prev = __sync_fetch_and_add(&q->t_free, tx_ns);
             backlog = prev > now ? prev - now : 0;
-            if (backlog < real_ns)
-                backlog = real_ns;
             done = 1;
         }
     }
@@ -547,8 +539,7 @@ static __always_inline int queue_admit(struct port_queue *q, __u64 now, __u64 tx
 /* Hand a decided, rewritten frame to tc_handoff (XDP_PASS with a `struct handoff` in
  * the metadata), which sends it through the egress port's qdisc: XDP cannot hold a
  * frame, a qdisc can. tc_class picks the qdisc's class (PFC_TC_*; 0 = none). */
-static __always_inline int rl_handoff(struct xdp_md *ctx, __u32 egress_ifindex, __u32 tc_class,
-                                      __u32 pfc_mark)
+static __always_inline int rl_handoff(struct xdp_md *ctx, __u32 egress_ifindex, __u32 tc_class)
 {
     struct handoff *h;
     void *data;
@@ -563,7 +554,7 @@ static __always_inline int rl_handoff(struct xdp_md *ctx, __u32 egress_ifindex, 
     h->magic = HANDOFF_MAGIC;
     h->ifindex = egress_ifindex;
     h->tc_class = tc_class;
-    h->pfc_mark = pfc_mark;
+    h->_pad = 0;
     return XDP_PASS;
 }
 
@@ -608,25 +599,16 @@ static __always_inline int rl_transmit(struct xdp_md *ctx, struct ethhdr *eth, s
     struct port_stats *eps;
     struct port_queue *q;
     struct pfc_port *pp = NULL, *epp;
-    __u32 *pfc_in_qdiscs = NULL;
     struct pfc_cfg *pc;
-    __u32 slot = m->egress_slot, zero = 0, tc_class = 0, prio, pfc_mark = 0;
-    __u32 account = PFC_MARK_NO_ACCOUNT;   /* the frame's skb->mark below the tag */
-    __u64 *real_free;
-    __u64 t_dep, real_ns = 0;
-    int mark = 0, held = 0, real = 0;
+    __u32 slot = m->egress_slot, zero = 0, tc_class = 0, prio;
+    __u64 t_dep;
+    int mark = 0, held = 0;
 
     eps = port_stats.lookup(&slot);
     q = port_queue.lookup(&slot);
     if (q && q->ps_per_byte) {
         __u64 buf_ns = q->buf_ns;
 
-        real = q->flags & QUEUE_F_REAL;
-        if (real) {
-            real_free = port_real_free.lookup(&slot);
-            if (real_free && *real_free > rl_now(nowp))
-                real_ns = *real_free - rl_now(nowp);
-        }
         /* a flowlet just placed here counts as load until the meter has seen it (lb.h),
          * in proportion to its first frame: an acknowledgement's flowlet weighs little */
         __sync_fetch_and_add(&q->placed, placed * (len < LB_PLACED_FRAME ? len : LB_PLACED_FRAME));
@@ -637,10 +619,9 @@ static __always_inline int rl_transmit(struct xdp_md *ctx, struct ethhdr *eth, s
                 tc_class = PFC_TC_LOSSLESS;
                 prio = pc->lossless_prio & 7;
                 pp = pfc_port.lookup(&in_slot);
-                pfc_in_qdiscs = pfc_real.lookup(&in_slot);
                 if (pp && pp->limit_bytes) {
                     rl_pfc_retire(pp, rl_now(nowp), prio);
-                    if (pfc_occupancy(pp, pfc_in_qdiscs) + len > pp->limit_bytes) {
+                    if (pp->bytes + len > pp->limit_bytes) {
                         __sync_fetch_and_add(&pp->headroom_drops, 1);
                         return rl_drop(ctx, port_stats.lookup(&in_slot), DROP_PFC_HEADROOM);
                     }
@@ -652,17 +633,12 @@ static __always_inline int rl_transmit(struct xdp_md *ctx, struct ethhdr *eth, s
                 }
             }
         }
-        if (!held && queue_admit(q, rl_now(nowp), rl_div1000(len * q->ps_per_byte), &mark, buf_ns, real_ns))
+        if (!held && queue_admit(q, rl_now(nowp), rl_div1000(len * q->ps_per_byte), &mark, buf_ns))
             return rl_drop(ctx, eps, DROP_QUEUE_FULL);
-        if (pp && real && pfc_in_qdiscs) {
-            pfc_hold_real(pp, pfc_in_qdiscs, len);
-            account = in_slot;
-        } else if (pp) {
+        if (pp) {
             t_dep = held ? (PFC_HELD | slot) : *(volatile __u64 *)&q->t_free;
-            pfc_hold(pp, pfc_in_qdiscs, t_dep, len);
+            pfc_hold(pp, t_dep, len);
         }
-        if (real && pc && pc->mark_tag)
-            pfc_mark = PFC_MARK(pc->mark_tag, account);
     }
 
     rewrite_macs(eth, m->dmac, m->smac);
@@ -678,7 +654,7 @@ static __always_inline int rl_transmit(struct xdp_md *ctx, struct ethhdr *eth, s
         eps->tx_bytes += len;
     }
     if (q && (q->flags & QUEUE_F_REAL))
-        return rl_handoff(ctx, m->ifindex, tc_class, pfc_mark);
+        return rl_handoff(ctx, m->ifindex, tc_class);
     return rl_exit(ctx, bpf_redirect(m->ifindex, 0));
 }
 
@@ -1217,71 +1193,7 @@ int tc_handoff(struct __sk_buff *skb)
         return TC_ACT_OK;
     if (h->tc_class)
         skb->priority = h->tc_class;
-    if (h->pfc_mark)
-        skb->mark = h->pfc_mark;
     return bpf_redirect(h->ifindex, 0);
-}
-
-/* A frame of the lab leaves a real queue: as the kernel sends it out of the egress port
- * (net_dev_start_xmit: the qdisc let it go), the port's port_real_free becomes the time
- * the root qdisc's backlog behind it takes at the port's speed; as it leaves the switch, or dies before that (kfree_skb: a
- * qdisc dropped or flushed it, its port went down), a lossless frame leaves its ingress
- * account. The tracepoints see every frame the machine sends; a frame is this lab's by
- * its mark's tag and its device being a port of the lab. The mark does not outlive the
- * switch: the veth clears it on the way into the neighbour's namespace.
- * The kernel's struct layouts come from its BTF, as RL_*_OFF flags (dataplane.xdp.kernelbtf):
- * the kernel headers bcc would use need not match the kernel that runs. */
-static __always_inline int rl_departed(void *skb, int sent)
-{
-    void *dev = NULL, *qdisc = NULL;
-    struct port_info *port;
-    struct pfc_cfg *pc;
-    __u64 *real_free;
-    __u32 *count;
-    __u32 mark = 0, len = 0, ifindex = 0, backlog = 0, slot, zero = 0;
-
-    bpf_probe_read_kernel(&mark, sizeof(mark), skb + RL_SKB_MARK_OFF);
-    if (PFC_MARK_TAG(mark) < 0x10)
-        return 0;
-    pc = pfc_cfg.lookup(&zero);
-    if (!pc || PFC_MARK_TAG(mark) != pc->mark_tag)
-        return 0;
-    bpf_probe_read_kernel(&dev, sizeof(dev), skb + RL_SKB_DEV_OFF);
-    if (!dev)
-        return 0;
-    bpf_probe_read_kernel(&ifindex, sizeof(ifindex), dev + RL_NETDEV_IFINDEX_OFF);
-    port = rl_port(ifindex);
-    if (!port)
-        return 0;
-    if (sent) {
-        bpf_probe_read_kernel(&qdisc, sizeof(qdisc), dev + RL_NETDEV_QDISC_OFF);
-        if (qdisc)
-            bpf_probe_read_kernel(&backlog, sizeof(backlog),
-                                  qdisc + RL_QDISC_QSTATS_OFF + RL_QSTATS_BACKLOG_OFF);
-        slot = port->slot;
-        real_free = port_real_free.lookup(&slot);   /* (port_queue: a spin lock, not for tracing) */
-        if (real_free && port->speed_bps)
-            *real_free = bpf_ktime_get_ns() + (__u64)backlog * 8000000000ULL / port->speed_bps;
-    }
-    slot = PFC_MARK_SLOT(mark);
-    if (slot != PFC_MARK_NO_ACCOUNT) {
-        count = pfc_real.lookup(&slot);
-        if (count) {
-            bpf_probe_read_kernel(&len, sizeof(len), skb + RL_SKB_LEN_OFF);
-            __sync_fetch_and_add(count, -len);
-        }
-    }
-    return 0;
-}
-
-int frame_departed(struct bpf_raw_tracepoint_args *ctx)
-{
-    return rl_departed((void *)ctx->args[0], 1);
-}
-
-int frame_dropped(struct bpf_raw_tracepoint_args *ctx)
-{
-    return rl_departed((void *)ctx->args[0], 0);
 }
 
 int xdp_switch(struct xdp_md *ctx)

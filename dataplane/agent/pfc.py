@@ -16,7 +16,6 @@ pause the next hop upstream.
 from __future__ import annotations
 
 import logging
-import os
 import socket
 import threading
 import time
@@ -28,8 +27,6 @@ from dataplane.wire import pfc
 
 log = logging.getLogger(__name__)
 POLL_S = 0.0005                 # wall-clock seconds between reads of the accounts
-RECONCILE_NS = 200_000_000      # wall-clock ns between checks for accounts nothing drains
-REAL_TIME_PRIORITY = 1          # SCHED_FIFO, as the send engine (native/engine)
 SOL_PACKET, PACKET_QDISC_BYPASS = 263, 20
 
 
@@ -60,17 +57,6 @@ class PortHold:
         return self.held_ns + (now - self.since_ns if self.held else 0)
 
 
-def run_in_real_time() -> None:
-    """Put the calling thread in SCHED_FIFO at the send engine's priority: its poll is the
-    switches' PFC reaction time, and a machine with a core kept busy would otherwise
-    delay it by scheduler slices (milliseconds of wall time, past the headroom). It
-    sleeps between polls, so it takes little CPU from anyone."""
-    try:
-        os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(REAL_TIME_PRIORITY))
-    except (OSError, AttributeError) as err:      # no CAP_SYS_NICE, or RT time refused
-        log.info("PFC sender stays in the normal scheduling class: %s", err)
-
-
 class PfcSender:
     def __init__(self, programmer, cfg: dict):
         self.p = programmer
@@ -94,14 +80,6 @@ class PfcSender:
             self.socks[iface.ifindex] = s
             for quanta in (0, self.cfg["quanta"]):
                 self.frames[(iface.ifindex, quanta)] = pfc.build_frame(iface.mac, {self.cfg["priority"]: quanta})
-        self.by_switch: dict[str, list] = {}
-        for node, iface in self.ports:
-            self.by_switch.setdefault(node.name, []).append((node, iface))
-        self.stale_check_ns = 0
-        self.in_qdiscs_seen: list[int] = []   # the real-queue accounts at the last check
-        self.forgotten_bytes = 0
-        self.last_poll_ns = 0
-        self.poll_gap_max_ns = 0      # the longest wall time between two polls: PFC's worst reaction
         self.stop_event = threading.Event()
         self.thread = threading.Thread(target=self._loop, name="pfc-sender", daemon=True)
 
@@ -144,7 +122,6 @@ class PfcSender:
         and a pause's length is only worked out when one is sent or may have run out."""
         xoff, xon, prio = self.cfg["xoff_bytes"], self.cfg["xon_bytes"], self.cfg["priority"]
         accounts = self.p.dp.pfc_accounts(self.slot_count)
-        in_qdiscs = self.p.dp.pfc_in_qdiscs(self.slot_count)
         shapers = self.p.shapers
 
         def still_held(slot: int) -> bool:
@@ -156,9 +133,9 @@ class PfcSender:
             shaper = shapers.get(iface.ifindex)
             if shaper is not None and (paused != hold.held or hold.shaper is not shaper):
                 self._follow_pause(node, iface, paused, now)
-            if not pp.bytes and not in_qdiscs[slot] and not st.paused:
+            if not pp.bytes and not st.paused:
                 continue
-            occupancy = self.p.dp.pfc_occupancy_of(pp, in_qdiscs[slot], now, still_held)
+            occupancy = self.p.dp.pfc_occupancy_of(pp, now, still_held)
             if occupancy > xoff:
                 if not st.paused or now - st.last_xoff_ns > self.p.pause_wall_ns(iface, self.cfg["quanta"]) // 2:
                     self._send(iface.ifindex, self.cfg["quanta"], now)
@@ -169,29 +146,6 @@ class PfcSender:
                 if now - st.last_xoff_ns > pause_ns:      # ran out by itself
                     st.paused = False
                     st.paused_ns += st.last_xoff_ns + pause_ns - st.since_ns
-
-    def forget_dead_frames(self, now: int) -> None:
-        """Zero the real-queue accounts that still count frames which died where the
-        departure tracepoints did not see them (a link taken down between the handoff and
-        the qdisc, say): an account that has not moved since the last check, on a switch
-        whose lossless queues are all empty. Without this a lost frame would keep its bytes
-        counted, and an account above XOFF would pause its neighbour for good."""
-        if now - self.stale_check_ns < RECONCILE_NS:
-            return
-        self.stale_check_ns = now
-        seen, self.in_qdiscs_seen = self.in_qdiscs_seen, self.p.dp.pfc_in_qdiscs(self.slot_count, signed=True)
-        if len(seen) != len(self.in_qdiscs_seen):
-            return
-        for ports in self.by_switch.values():
-            stale = [self.slots[i.ifindex] for _, i in ports
-                     if (value := self.in_qdiscs_seen[self.slots[i.ifindex]]) and value == seen[self.slots[i.ifindex]]]
-            if not stale or any(self._queues(ports[0][0]).lossless_backlog().values()):
-                continue
-            for slot in stale:
-                self.forgotten_bytes += self.in_qdiscs_seen[slot]
-                self.p.dp.forget_pfc_in_qdiscs(slot)
-                log.info("PFC: forgot %d bytes of lossless frames no queue holds (port slot %d)",
-                         self.in_qdiscs_seen[slot], slot)
 
     def _follow_pause(self, node, iface, paused: bool, now: int) -> None:
         """Hold or release the port's lossless class as its neighbour's pause asks."""
@@ -225,20 +179,13 @@ class PfcSender:
             hold.held_ns += now - hold.since_ns
 
     def _loop(self) -> None:
-        run_in_real_time()
         try:
             while not self.stop_event.wait(POLL_S):
                 try:
-                    now = time.monotonic_ns()
-                    if self.last_poll_ns:
-                        self.poll_gap_max_ns = max(self.poll_gap_max_ns, now - self.last_poll_ns)
-                    self.last_poll_ns = now
-                    self.step(now)
-                    self.forget_dead_frames(now)
+                    self.step(time.monotonic_ns())
                 except Exception:        # never let one bad read stop the pauses
                     log.exception("PFC sender")
         finally:      # on this thread: pyroute2 sockets answer on the thread that opened them
-            log.info("PFC sender: longest gap between polls %.1f ms", self.poll_gap_max_ns / 1e6)
             now = time.monotonic_ns()
             for node, iface in self.ports:           # leave no class held
                 if self.holds[iface.ifindex].held:

@@ -252,9 +252,8 @@ class PortModel:
     def pfc_counters(self, iface, state: dict | None = None) -> dict:
         """Per port, for the lossless priority: pause frames sent (XOFF and XON) and time
         spent pausing the neighbour (wall and real ns), frames received from it and time
-        spent holding the priority for it (wall and real ns), the account now (of which
-        in_qdiscs_bytes wait in real queues), headroom used (peak account above XOFF),
-        headroom drops. Empty while PFC is off. state: the port's
+        spent holding the priority for it (wall and real ns), headroom used (peak account
+        above XOFF), headroom drops. Empty while PFC is off. state: the port's
         pfc_port_state, if already read."""
         if self.port_model["pfc"] != "on":
             return {}
@@ -270,7 +269,6 @@ class PortModel:
                 "held_ns": sent.get("held_ns", 0),
                 "held_real_ns": int(timescale.real_seconds(sent.get("held_ns", 0), self.port_model["scale"])),
                 "occupancy_bytes": st.get("occupancy_bytes", 0),
-                "in_qdiscs_bytes": st.get("in_qdiscs_bytes", 0),
                 "headroom_used_bytes": max(0, st.get("peak_bytes", 0) - self.port_model["xoff_bytes"]),
                 "headroom_drops": st.get("headroom_drops", 0)}
 

@@ -43,10 +43,6 @@ LOSSLESS_CLASS = 0x10010               # "1:10" = abi.PFC_TC_LOSSLESS
 OTHER_CLASS = 0x10020                  # "1:20" = abi.PFC_TC_OTHER, HTB's default
 CNP_CLASS = 0x10030                    # "1:30" = abi.PFC_TC_CNP, CNPs
 LOSSLESS_TBF = 0x100000                # "10:", the lossless class's tbf (held for pauses)
-# The lossless class never drops: what bounds it is PFC, each ingress account at XOFF +
-# headroom (a frame beyond is dropped there, and counted). A queue that drains late on a
-# busy machine holds more than the buffer, and a drop here would go unseen.
-LOSSLESS_LIMIT_BYTES = 64 * 2**20
 TBF_MAX_BUCKET_NS = 2**32 - 1          # the kernel keeps a tbf bucket as at most this many ns
 MAX_SHAPER_BPS = (2**32 - 1) * 8       # tbf's 32-bit bytes/s rate (pyroute2 sends no rate64)
 ETH_OVERHEAD = 18                      # Ethernet header + one VLAN tag above the L3 MTU
@@ -183,7 +179,7 @@ class NamespaceQueues(Closing):
     def _set_lossless(self, ifindex: int, params: ShaperParams, held: bool, verb: str = "change") -> None:
         rate = hold_bps(params.burst_bytes) if held else params.rate_bps
         self._ipr.tc(verb, "tbf", ifindex, LOSSLESS_TBF, parent=LOSSLESS_CLASS, rate=f"{rate}bit",
-                     burst=params.burst_bytes, limit=LOSSLESS_LIMIT_BYTES)
+                     burst=params.burst_bytes, limit=params.limit_bytes)
 
     def hold(self, ifindex: int, params: ShaperParams, held: bool) -> None:
         """Hold (a pause from the neighbour) or release the lossless class of a port
@@ -192,12 +188,6 @@ class NamespaceQueues(Closing):
             self._set_lossless(ifindex, params, held)
         except NetlinkError as e:
             raise RealQueueError(f"PFC hold on ifindex {ifindex} in {self.netns}: {e}") from None
-
-    def lossless_backlog(self) -> dict[int, int]:
-        """{ifindex: bytes waiting in the lossless class} for every port shaped with classes."""
-        return {msg["index"]: (msg.get_attr("TCA_STATS") or {}).get("backlog", 0)
-                for msg in self._ipr.get_qdiscs()
-                if msg["handle"] == LOSSLESS_TBF and msg.get_attr("TCA_KIND") == "tbf"}
 
     def stats(self) -> dict[int, dict]:
         """{ifindex: shaper backlog and counters} for every port with a shaper, from one

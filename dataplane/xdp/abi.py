@@ -107,14 +107,6 @@ PFC_RING = 64
 PFC_POPS = 4
 PFC_F_ON = 1 << 0
 PFC_HELD = 1 << 63
-PFC_MARK_NO_ACCOUNT = 0xFFFFFF    # skb->mark of a frame in a real queue (bpf/railab_consts.h)
-
-
-def pfc_mark(tag: int, account_slot: int | None) -> int:
-    """The skb->mark tc_handoff gives a frame in a real queue (bpf PFC_MARK)."""
-    return (tag << 24) | (PFC_MARK_NO_ACCOUNT if account_slot is None else account_slot)
-
-
 PFC_TC_LOSSLESS = 0x10010
 PFC_TC_OTHER = 0x10020
 PFC_TC_CNP = 0x10030
@@ -383,7 +375,7 @@ class Handoff(ct.Structure):
         ("magic", ct.c_uint32),
         ("ifindex", ct.c_uint32),
         ("tc_class", ct.c_uint32),
-        ("pfc_mark", ct.c_uint32),
+        ("_pad", ct.c_uint32),
     ]
 
 
@@ -504,7 +496,7 @@ class PfcCfg(ct.Structure):
         ("flags", ct.c_uint32),
         ("lossless_dscp", ct.c_uint8),
         ("lossless_prio", ct.c_uint8),
-        ("mark_tag", ct.c_uint16),
+        ("_pad", ct.c_uint16),
     ]
 
 
@@ -628,8 +620,6 @@ MAPS: dict[str, tuple[type, type]] = {
     "flow_sample": (ct.c_uint32, ct.c_uint64),
     "pfc_cfg": (ct.c_uint32, PfcCfg),
     "pfc_port": (ct.c_uint32, PfcPort),
-    "pfc_real": (ct.c_uint32, ct.c_int32),
-    "port_real_free": (ct.c_uint32, ct.c_uint64),
     "arn_cfg": (ct.c_uint32, ArnCfg),
     "arn_ports": (ct.c_uint32, ArnPort),
     "arn_switch": (ct.c_uint32, ArnSwitch),

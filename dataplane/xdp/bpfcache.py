@@ -35,7 +35,7 @@ BPF_BTF_LOAD, BPF_BTF_GET_FD_BY_ID = 18, 19
 BPF_PSEUDO_MAP_FD, BPF_PSEUDO_MAP_VALUE = 1, 2
 LD_IMM64 = 0x18
 BPF_OBJ_NAME_LEN = 16
-PROG_SCHED_CLS, PROG_XDP, PROG_RAW_TRACEPOINT = 3, 6, 17     # enum bpf_prog_type
+PROG_SCHED_CLS, PROG_XDP = 3, 6     # enum bpf_prog_type
 
 
 def cache_dir() -> Path | None:

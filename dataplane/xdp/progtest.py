@@ -29,7 +29,6 @@ import platform
 BPF_OBJ_PIN = 6
 BPF_OBJ_GET = 7
 BPF_PROG_TEST_RUN = 10
-BPF_RAW_TRACEPOINT_OPEN = 17
 
 _NR_BPF = {"x86_64": 321, "aarch64": 280, "riscv64": 280, "armv7l": 386, "ppc64le": 361, "s390x": 351}
 
@@ -95,26 +94,6 @@ def bpf(cmd: int, attr: ct.Structure) -> int:
         err = ct.get_errno()
         raise OSError(err, f"bpf(cmd={cmd}): {os.strerror(err)}")
     return ret
-
-
-class _RawTracepointAttr(ct.Structure):
-    """union bpf_attr, BPF_RAW_TRACEPOINT_OPEN member."""
-    _fields_ = [
-        ("name", ct.c_uint64),
-        ("prog_fd", ct.c_uint32),
-        ("_pad", ct.c_uint32),
-        ("cookie", ct.c_uint64),
-    ]
-
-
-def raw_tracepoint_open(name: str, prog_fd: int) -> int:
-    """Attach a raw tracepoint program to tracepoint `name`; returns the link's fd (the
-    program stays attached until every copy of that fd is closed)."""
-    buf = ct.create_string_buffer(name.encode())
-    try:
-        return bpf(BPF_RAW_TRACEPOINT_OPEN, _RawTracepointAttr(name=ct.addressof(buf), prog_fd=prog_fd))
-    except OSError as e:
-        raise OSError(e.errno, f"raw tracepoint {name}: {os.strerror(e.errno)}") from None
 
 
 def obj_pin(fd: int, path: str) -> None:

@@ -20,17 +20,16 @@ from __future__ import annotations
 
 import ctypes as ct
 import ipaddress
-import random
 from pathlib import Path
 
 from dataplane.closing import Closing
-from dataplane.xdp import abi, bpfcache, kernelbtf
+from dataplane.xdp import abi, bpfcache
 from dataplane.xdp.bpfio import BpfMaps, DataplaneError
 from dataplane.xdp.tables.counters import CounterTables
 from dataplane.xdp.tables.flows import FlowTables
 from dataplane.xdp.tables.groups import GroupState, GroupTables, MemberRanges, hash_field_names, wcmp_slots
 from dataplane.xdp.tables.notices import NoticeTables
-from dataplane.xdp.tables.portmodel import DEPARTURE_PROGS, PFC_MARK_TAGS, PortModelTables
+from dataplane.xdp.tables.portmodel import PortModelTables
 from dataplane.xdp.tables.ports import PortTables
 from dataplane.xdp.tables.routes import RouteTables
 from dataplane.xdp.tables.trafficmatrix import TrafficMatrixTables
@@ -99,7 +98,6 @@ class SwitchDataplane(PortTables, GroupTables, RouteTables, PortModelTables,
             f"-DMAX_FLOWS_SEEN={max_flows_seen}",
             f"-DPORT_INDEX_SLOTS={port_index_slots}",
             f"-DROUTE_CACHE_SLOTS={route_cache_slots}",
-            *kernelbtf.departure_cflags(),
             *extra_cflags,
         ]
         if debug:
@@ -111,8 +109,6 @@ class SwitchDataplane(PortTables, GroupTables, RouteTables, PortModelTables,
             HANDOFF_PROG_NAME: bpfcache.PROG_SCHED_CLS,
             # notices (tail calls of xdp_switch through arn_progs)
             **{name: bpfcache.PROG_XDP for name in NOTICE_PROGS.values()},
-            # real queues: a frame leaves its counts as the kernel sends it
-            **{name: bpfcache.PROG_RAW_TRACEPOINT for name in DEPARTURE_PROGS},
         })
         self.compile_seconds = self._object.seconds
         self.bpf_cache = self._object.cache    # warm | cold | off
@@ -140,12 +136,9 @@ class SwitchDataplane(PortTables, GroupTables, RouteTables, PortModelTables,
         self._local_refs: dict[tuple[int, int], set[int]] = {}                 # routes
         self._port_model: dict[int, dict] = {}     # portmodel: ifindex -> model config
         self._pfc_prio = 3                         # portmodel: the lossless priority (set_pfc)
-        self._pfc_mark_tag = random.choice(PFC_MARK_TAGS)   # portmodel: this lab's frames' mark
-        self._departure_links: list[int] = []      # portmodel: the departure tracepoints' links
         self._tm: dict[tuple, dict] = {}           # trafficmatrix: (switch_id, 5-tuple) -> entry info
         self._tm_dsts: dict[tuple[int, int], set] = {}   # trafficmatrix: (switch_id, daddr_be) -> idents
         self._closed = False
-        self.set_pfc(on=False)       # the mark tag, which real queues use with PFC off too
 
     def _write_port(self, ifindex: int, info: abi.PortInfo) -> None:
         """`ports` entry, and its copy in `port_index` (what the data path reads) if the
@@ -185,7 +178,6 @@ class SwitchDataplane(PortTables, GroupTables, RouteTables, PortModelTables,
         """Release the bcc object and our fds. Attached XDP programs stay attached."""
         if not self._closed:
             self._closed = True
-            self.detach_departures()
             self._object.close()
 
     def reset_switch_state(self, switch_id: int) -> dict:

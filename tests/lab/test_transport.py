@@ -55,8 +55,7 @@ def test_dcqcn_shares_a_bottleneck_below_xoff_and_without_it_pfc_pauses(lab, tmp
     xoff = out["_results"]["modes"]["dcqcn-on"]["runs"][0]["port_model"]["xoff_bytes"]
     print({k: (on[k], off[k]) for k in ("qp_rate_min_max", "steady_queue_max_bytes", "steady_queue_mean_bytes",
                                         "pause_frames", "steady_pause_frames", "host_pause_frames",
-                                        "host_paused_waits", "cnps_received", "drops", "retx_packets")},
-          {label: m["runs"][0]["switches"].get("drops_by_reason") for label, m in out["_results"]["modes"].items()})
+                                        "host_paused_waits", "cnps_received", "drops", "retx_packets")})
     for run in (on, off):
         assert run["messages_done_pct"] == 100.0
         # lossless: nothing dropped (PFC held what ECN did not stop)
@@ -115,10 +114,7 @@ def test_fct_websearch_at_two_seeds_agrees_on_the_ranking_of_modes(lab, tmp_path
     by_seed = []
     for seed in (1, 2):
         out = _run(lab, tmp_path / f"seed{seed}", "fct-websearch", workload={"seed": seed})
-        done = {label: (out[label]["messages_done_pct"], out[label]["timeouts"], out[label]["drops"])
-                for label in out if label != "_results"}
-        print(f"seed {seed}: done %, timeouts, drops", done)
-        assert all(pct == 100.0 for pct, _, _ in done.values()), done
+        assert all(out[label]["messages_done_pct"] == 100.0 for label in out if label != "_results")
         by_seed.append(ranking.by_bucket({label: m["runs"] for label, m in out["_results"]["modes"].items()}))
     print([[(b["lo"], ranking.text(b["ranking"]) if b["ranking"] else None) for b in buckets]
            for buckets in by_seed])

@@ -2,22 +2,14 @@
 utilisation window, virtual or real queue) and `pfc_cfg` / `pfc_port` (lossless
 priority, ingress accounts, pause times), and the queue and pause state read back.
 
-Owns SwitchDataplane._port_model, _pfc_prio, _pfc_mark_tag and _departure_links."""
+Owns SwitchDataplane._port_model and _pfc_prio."""
 from __future__ import annotations
 
 import ctypes as ct
-import os
 import time
 
 from dataplane.xdp import abi
 from dataplane.xdp.bpfio import BPF_F_LOCK
-from dataplane.xdp.progtest import raw_tracepoint_open
-
-# the lab's tag in the skb->mark of its frames in real queues (bpf PFC_MARK): the departure
-# tracepoints see every lab's frames and count only their own lab's
-PFC_MARK_TAGS = range(0x10, 0x100)
-# program (bpf/switch.c) -> the tracepoint it is attached to once a port has a real queue
-DEPARTURE_PROGS = {"frame_departed": "net_dev_start_xmit", "frame_dropped": "kfree_skb"}
 
 
 class PortModelTables:
@@ -38,8 +30,7 @@ class PortModelTables:
         (wall-clock time). speed_bps 0 = no model
         (unlimited, no queue). The queue is virtual: frames are not delayed -- unless
         real_queue, which hands them to tc_handoff and the port's shaper qdisc instead of
-        redirecting them (the caller sets those up first, see dataplane.kernel.realqueue);
-        the virtual queue then never reads less backlog than the qdisc holds."""
+        redirecting them (the caller sets those up first, see dataplane.kernel.realqueue)."""
         port = self.port_info(ifindex)
         if speed_bps < 0 or buffer_bytes <= 0 or window_us <= 0:
             raise ValueError("speed_bps >= 0, buffer_bytes > 0, window_us > 0")
@@ -61,7 +52,6 @@ class PortModelTables:
             if not speed_bps:
                 raise ValueError("a real queue needs a port speed (speed_bps > 0)")
             q.flags = abi.QUEUE_F_REAL
-            self.attach_departures()
         self.maps.update("port_queue", key, q, flags=BPF_F_LOCK)
         port.speed_bps = speed_bps
         self._write_port(ifindex, port)
@@ -94,26 +84,9 @@ class PortModelTables:
         """Lab-wide PFC: frames with lossless_dscp are the lossless priority (accounted at
         their ingress port, never tail-dropped by an egress queue) while on."""
         cfg = abi.PfcCfg(flags=abi.PFC_F_ON if on else 0, lossless_dscp=lossless_dscp,
-                         lossless_prio=lossless_prio, mark_tag=self._pfc_mark_tag)
+                         lossless_prio=lossless_prio)
         self.maps.update("pfc_cfg", ct.c_uint32(0), cfg)
         self._pfc_prio = lossless_prio
-
-    def attach_departures(self) -> None:
-        """Attach the programs that take a frame in a real queue off its counts (its port's
-        backlog, a lossless frame's ingress account) as the kernel sends or drops it; they
-        stay attached while this object is open (close)."""
-        if self._departure_links:
-            return
-        try:
-            for prog, tracepoint in DEPARTURE_PROGS.items():
-                self._departure_links.append(raw_tracepoint_open(tracepoint, self._object.progs[prog]))
-        except OSError:
-            self.detach_departures()
-            raise
-
-    def detach_departures(self) -> None:
-        while self._departure_links:
-            os.close(self._departure_links.pop())
 
     def set_pfc_port(self, ifindex: int, *, limit_bytes: int, ns_per_quantum: int) -> None:
         """An ingress port's PFC account: a lossless frame beyond limit_bytes (XOFF +
@@ -145,28 +118,16 @@ class PortModelTables:
         its ports once)."""
         return self.maps.array_values("pfc_port", count, abi.PfcPort)
 
-    def pfc_in_qdiscs(self, count: int, signed: bool = False) -> list[int]:
-        """Per slot 0..count-1, the bytes of its lossless frames in real queues (pfc_real),
-        in one batch lookup; below 0 (a frame counted off twice) reads as 0 unless signed."""
-        values = list(self.maps.array_values("pfc_real", count, ct.c_int32))
-        return values if signed else [max(v, 0) for v in values]
-
-    def forget_pfc_in_qdiscs(self, slot: int) -> None:
-        """Set a port's real-queue account to 0: the agent found its switch's queues empty
-        while it still counted bytes (a frame that died where no tracepoint saw it)."""
-        self.maps.update("pfc_real", ct.c_uint32(slot), ct.c_int32(0))
-
     @staticmethod
-    def pfc_occupancy_of(pp: "abi.PfcPort", in_qdiscs: int, now: int, still_held) -> int:
+    def pfc_occupancy_of(pp: "abi.PfcPort", now: int, still_held) -> int:
         """Lossless bytes of an ingress account still waiting in egress queues at `now`:
-        in_qdiscs (in real queues: the kernel has not sent them yet), ring entries whose
-        departure time is ahead, and entries held by a pause on an egress slot for which
-        still_held(slot) is true."""
+        entries whose departure time is ahead, and entries held by a pause on an egress
+        slot for which still_held(slot) is true."""
         if not pp.bytes:
-            return in_qdiscs
+            return 0
         if pp.head - pp.tail > abi.PFC_RING:
-            return pp.bytes + in_qdiscs
-        waiting = in_qdiscs
+            return pp.bytes
+        waiting = 0
         for i in range(pp.tail, pp.head):
             t_dep = pp.t_dep[i % abi.PFC_RING]
             if (still_held(t_dep & 0xFFFFFFFF) if t_dep & abi.PFC_HELD else t_dep > now):
@@ -200,10 +161,7 @@ class PortModelTables:
                     else self.pfc_paused(slot, now)
             return paused[slot]
 
-        in_qdiscs = self.pfc_in_qdiscs(max(by_slot, default=-1) + 1)
-        return {ifx: {"occupancy_bytes": self.pfc_occupancy_of(pp, in_qdiscs[self.port_info(ifx).slot], now,
-                                                               still_held),
-                      "in_qdiscs_bytes": in_qdiscs[self.port_info(ifx).slot], "peak_bytes": pp.peak,
+        return {ifx: {"occupancy_bytes": self.pfc_occupancy_of(pp, now, still_held), "peak_bytes": pp.peak,
                       "headroom_drops": pp.headroom_drops, "pause_rx": pp.pause_rx,
                       "paused_until_ns": list(pp.pause_until)}
                 for ifx, pp in accounts.items()}
