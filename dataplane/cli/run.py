@@ -18,6 +18,8 @@ def register(sub) -> None:
     p.add_argument("--json", action="store_true", help="print the metrics as JSON")
     p.add_argument("--output", help="results folder (default: the file's output:, else ./results)")
     p.add_argument("--name", help="lab name, overriding the lab file's name: field")
+    p.add_argument("--no-plots", action="store_true",
+                   help="write results.json and table.txt only, no figures (seconds sooner per run)")
     p.add_argument("--runtime", choices=RUNTIMES, default="netns",
                    help="runtime for a lab the experiment deploys (a deployed lab keeps its own)")
     p.set_defaults(func=run)
@@ -33,6 +35,7 @@ def run(args) -> int:
         check_lab_name(args.name)
     if args.output:
         exp.output = Path(args.output)
+    exp.plots = not args.no_plots
     session.check_output(exp.output)
     lifecycle.require_root()
     with session.progress_bar(not args.json and sys.stderr.isatty()) as progress:

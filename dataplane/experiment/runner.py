@@ -28,13 +28,13 @@ from dataplane.nic.hosts import KernelReceivers, KernelSenders, kernel_nic, rece
 from dataplane.report import faultruns
 from dataplane.runtime.labspec import LabSpec
 from dataplane.traffic import workload as wl
-from dataplane.traffic.hostrun import flow_to_json  # noqa: F401 (re-exported)
+from dataplane.traffic.hostrun import flow_to_json
 from dataplane.traffic.transport import DcqcnParams
 
 CLOSED_LOOP_LIMIT_S = 20.0  # a reliable sender gets this long after the run to finish its messages,
 CLOSED_LOOP_LIMIT_RTOS = 8  # and at least this many retransmission timeouts (at slow scales an
                             # RTO alone stretches past 20 s of wall time)
-RECEIVER_GRACE_S = 0.4     # for the receivers to read what the last hop delivered
+RECEIVER_GRACE_S = 0.4     # for Python receivers to read what the last hop delivered
 GO_LEAD_S = 0.05          # senders are told to start this far ahead: all hosts are awake by then
 DRAIN_POLL_S = 0.02
 DRAIN_LIMIT_S = 30.0       # a queue still full after this is stuck, not draining
@@ -70,10 +70,7 @@ def workload_hosts(spec: LabSpec) -> list[dict]:
 
 
 def _ports_of_nic(spec: LabSpec, host: str, first_port: str) -> list[str]:
-    for nic in spec.host_nics.get(host, []):
-        if nic.ports[0] == first_port:
-            return nic.ports
-    return [first_port]
+    return next((nic.ports for nic in spec.host_nics.get(host, []) if nic.ports[0] == first_port), [first_port])
 
 
 @dataclass
@@ -396,7 +393,10 @@ def run_once(spec: LabSpec, experiment: Experiment, flows: list[wl.Flow], label:
                     host_pfc[f"{host}:{port}"] = {**rep["pfc"], "paused_waits": rep.get("paused_waits", 0)}
         elapsed = time.monotonic() - started
         wait_for_drain(fabric)
-        time.sleep(RECEIVER_GRACE_S)
+        if python_receivers:
+            time.sleep(RECEIVER_GRACE_S)
+        elif kernel_rx is not None:
+            kernel_rx.wait_delivered()
         time_end_s = time.monotonic() - started
         clock.stop.set()
         clock.join()

@@ -177,7 +177,8 @@ def write(results: dict, exp: Experiment) -> Path:
     if results["sweeps"]:
         text += "\n" + sweep.render_sweep_text(view)
     (folder / "table.txt").write_text(text)
-    results["plots"] = [str(p) for p in plots.write_plots(view, folder)]
+    # the figures cost seconds a run (matplotlib's layout): a scripted batch may go without
+    results["plots"] = [str(p) for p in plots.write_plots(view, folder)] if exp.plots else []
     (folder / "results.json").write_text(json.dumps(results, indent=1))    # once, complete
     return folder
 

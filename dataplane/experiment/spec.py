@@ -168,6 +168,7 @@ class Experiment:
     sample_s: float = 0.1
     hosts: str = "kernel"            # kernel: the kernel NIC where it covers the run (HOSTS)
     arn_path: str | None = None      # link-down notices by (arnpath.PATHS); None: as the lab is
+    plots: bool = True               # False (`railab run --no-plots`): results and table only
 
 
 def _where(error: jsonschema.ValidationError) -> str:

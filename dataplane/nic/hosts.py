@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import tempfile
 import threading
+import time
 from pathlib import Path
 
 from dataplane.closing import Closing
@@ -38,6 +39,9 @@ from dataplane.traffic.transport import DcqcnParams, TransportConfig
 from dataplane.wire.pfc import quanta_wall_seconds
 
 EVENT_POLL_S = 0.05        # the ring buffer holds 32 k completions: read well before it fills
+DELIVERY_POLL_S = 0.01     # after the switches' queues drained, what is left is on the wire:
+DELIVERY_QUIET_POLLS = 3   # veths deliver in microseconds, so 30 ms without a frame is the end
+DELIVERY_LIMIT_S = 0.4
 XDP_DATAPLANES = ("xdp", "xdp-generic")
 
 
@@ -206,6 +210,19 @@ class KernelReceivers(Closing):
     def _read_events(self) -> None:
         while not self._stop.wait(EVENT_POLL_S):
             self._events.extend(self.nic.events())
+
+    def wait_delivered(self) -> float:
+        """Poll the frames the program booked until none came for a few polls (or the
+        limit); the seconds waited. The runner calls it once the switches' queues are
+        empty, in place of the grace Python receivers need to read their sockets."""
+        start = time.monotonic()
+        seen, quiet = self.nic.counters()["data"], 0
+        while quiet < DELIVERY_QUIET_POLLS and time.monotonic() - start < DELIVERY_LIMIT_S:
+            time.sleep(DELIVERY_POLL_S)
+            now = self.nic.counters()["data"]
+            quiet = quiet + 1 if now == seen else 0
+            seen = now
+        return time.monotonic() - start
 
     def finish(self, sent: dict[int, int], until_ns: int) -> dict:
         """hostrun recv's answer for every flow in `sent` (flow id -> packets sent), bins

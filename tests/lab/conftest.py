@@ -107,13 +107,15 @@ def lab_fixture(kind: str | Path, prefix: str):
 
 
 def run_experiment(path: Path, output: Path, *, name: str | None = None, prefix: str = "exp",
-                   timeout: float = 600) -> dict:
+                   timeout: float = 600, plots: bool = False) -> dict:
     """`railab run PATH --json --output OUTPUT --name NAME` as a user runs it: its JSON report.
     Without `name` the experiment deploys a lab of its own under a unique name, and must
-    leave nothing of it behind."""
+    leave nothing of it behind. `--no-plots` unless the test looks at the figures (they
+    cost seconds a run)."""
     own = name is None
     name = name or unique_name(prefix)
-    proc = railab("run", str(path), "--json", "--output", str(output), "--name", name, timeout=timeout)
+    proc = railab("run", str(path), "--json", "--output", str(output), "--name", name,
+                  *([] if plots else ["--no-plots"]), timeout=timeout)
     if own:
         assert leftovers(name) == [], "the lab the experiment deployed must be gone"
     return json.loads(proc.stdout)

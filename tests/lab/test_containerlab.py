@@ -78,7 +78,7 @@ def test_experiment_with_a_link_failure_on_a_containerlab_lab(tmp_path):
                    "modes: [{mode: ecmp, seed: 7, role: leaf}, spray-rr]\n"
                    f"workload: {(ROOT / 'experiments' / 'elephants.yml').as_posix()}\n"
                    "events:\n  - {at: 1.0, fault: link-down, a: 'leaf1-r0:up1', b: 'spine1:down1'}\n")
-    proc = railab("run", str(exp), "--runtime", "containerlab", "--json", "--output", str(tmp_path),
+    proc = railab("run", str(exp), "--runtime", "containerlab", "--json", "--no-plots", "--output", str(tmp_path),
                   "--name", name, timeout=600)
     assert leftovers(name) == [] and clabtools.containers(name) == []
     report = json.loads(proc.stdout)

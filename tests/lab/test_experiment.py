@@ -114,7 +114,7 @@ def test_the_demo_teaches_its_lesson_on_collective_chunks(tmp_path):
     near even; spraying evens the load; navigation places whole flows apart without
     reordering; ECMP's hash collides. No rerun mark: the kernel NIC's hosts send on time
     whatever else the machine runs."""
-    report = run_experiment(EXPERIMENTS / "ecmp-vs-spray.yml", tmp_path, prefix="exp")
+    report = run_experiment(EXPERIMENTS / "ecmp-vs-spray.yml", tmp_path, prefix="exp", plots=True)
     modes = report["modes"]
     ecmp, flowlet, spray, nav = (modes[k] for k in ("ecmp", "flowlet", "spray-rr", "nav-host"))
     assert ecmp["uplink_max_mean"] >= 1.4 and ecmp["idle_uplinks"] >= 1, ecmp
@@ -185,6 +185,7 @@ def test_ecmp_seed_sweep_matches_balls_into_bins(tmp_path):
     """8 equal elephants hashed onto 8 uplinks leave 8 (7/8)^8 = 2.75 idle on average."""
     report = run_experiment(EXPERIMENTS / "ecmp-seed-sweep.yml", tmp_path, prefix="sweep", timeout=1200)
     idle = report["sweeps"]["ecmp sweep"]["idle_uplinks"]
+    assert report["plots"] == [] and not list(Path(report["folder"]).glob("*.png"))   # --no-plots
     assert idle["runs"] >= 30
     assert idle["expected_mean"] == pytest.approx(8 * (7 / 8) ** 8, rel=1e-6)
     assert abs(idle["measured_mean"] - idle["expected_mean"]) <= 0.10 * idle["expected_mean"], idle
@@ -204,7 +205,7 @@ PACKET_S = 1100 * 8 / 1.6e6     # elephants.yml: ~1,100-byte frames at 1.6 Mb/s 
 @pytest.mark.flaky(reruns=2)  # a starved agent fails over late on a shared machine
 @pytest.mark.parametrize("experiment", sorted(FAILED_LINKS))
 def test_scheduled_link_failure_is_reported_per_flow(tmp_path, experiment):
-    report = run_experiment(EXPERIMENTS / experiment, tmp_path, prefix="lf")
+    report = run_experiment(EXPERIMENTS / experiment, tmp_path, prefix="lf", plots=True)
     ecmp = report["modes"]["ecmp"]
     hosts = json.loads((Path(report["folder"]) / "results.json").read_text())["modes"]["ecmp"]["runs"][0]["hosts"]
     assert hosts["receive"] == "kernel", hosts      # loss windows from the XDP responder
@@ -301,8 +302,8 @@ def test_the_kernel_nic_delivers_what_the_python_hosts_deliver(lab_factory, tmp_
                                 "workload: {load: 0.3, pattern: {type: ring-allreduce}, "
                                 "mix: {elephant: 1.0, mice: 0.0, protocol: 0.0}, "
                                 "classes: {elephant: {size: 8KiB, arrival: paced}}}\n", f"{hosts}.yml")
-        report = railab("run", str(path), "--json", "--output", str(tmp_path / hosts), "--name",
-                        spec.name, timeout=300)
+        report = railab("run", str(path), "--json", "--no-plots", "--output", str(tmp_path / hosts),
+                        "--name", spec.name, timeout=300)
         folder = Path(json.loads(report.stdout)["folder"])
         results[hosts] = json.loads((folder / "results.json").read_text())["modes"]["spray-rr"]["runs"][0]
     kernel, python = results["kernel"], results["python"]

@@ -112,7 +112,7 @@ def test_three_machines_probe_and_a_run_with_counters_per_machine(tmp_path):
         try:
             assert "over 3 machines" in _deploy(lab, hosts).stdout
             assert f"{PAIRS}/{PAIRS} NIC pairs ok" in railab("probe", lab).stdout
-            run = railab("run", str(path), "--name", lab, "--output", str(tmp_path / "out"), timeout=120)
+            run = railab("run", str(path), "--no-plots", "--name", lab, "--output", str(tmp_path / "out"), timeout=120)
             assert "results:" in run.stdout and "ecmp per machine (switch packets sent, drops): a " in run.stdout
             results = next((tmp_path / "out").glob("*/results.json")).read_text()
             for mode in ("ecmp", "spray-rr"):

@@ -107,7 +107,7 @@ def run_at(scale: float, lab_name: str, tmp_path, modes: list, duration_us: floa
     path = tmp_path / f"timescale-{scale:g}.yml"
     path.write_text(yaml.safe_dump(experiment(scale, modes, duration_us)))
     exp = experiment_spec.load(path)
-    exp.output = tmp_path
+    exp.output, exp.plots = tmp_path, False
     results, _ = session.run(exp, lab_name=lab_name)
     return {label: m["metrics"] for label, m in results["modes"].items()}
 

@@ -99,10 +99,13 @@ def test_results_json_is_written_once(tmp_path, monkeypatch):
     from dataplane.report import plots
     monkeypatch.setattr(plots, "write_plots", lambda view, folder: [folder / "a.png"])
     monkeypatch.setattr(session.table, "render_text", lambda view, title: "table")
-    exp = SimpleNamespace(name="once", output=tmp_path)
+    exp = SimpleNamespace(name="once", output=tmp_path, plots=True)
     folder = session.write({"modes": {}, "sweeps": {}}, exp)
     assert written.count("results.json") == 1
     assert json.loads((folder / "results.json").read_text())["plots"] == [str(folder / "a.png")]
+    exp = SimpleNamespace(name="without", output=tmp_path / "without", plots=False)   # --no-plots
+    folder = session.write({"modes": {}, "sweeps": {}}, exp)
+    assert json.loads((folder / "results.json").read_text())["plots"] == []
 
 
 def test_fired_events_carry_their_time_and_the_agents_reaction(monkeypatch):
