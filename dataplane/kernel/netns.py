@@ -69,3 +69,11 @@ def room_for_files(count: int) -> None:
         resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, max(hard, wanted)))
     except (ValueError, OSError):
         raise OSError(f"{count} more open files are needed and the limit is {hard} (ulimit -n)") from None
+
+
+def iproute():
+    """A pyroute2 IPRoute socket in the calling thread's namespace (use inside in_netns)."""
+    # deferred: pyroute2 takes 0.2 s to load, and every `railab` command builds all verbs'
+    # parsers, so a top-level import made `railab lb show` and every refused option pay for it
+    from pyroute2 import IPRoute
+    return IPRoute()

@@ -31,11 +31,10 @@ from __future__ import annotations
 import json
 import time
 
-from pyroute2 import IPRoute
 
 from dataplane.agent import client
 from dataplane.errors import RuntimeStateError
-from dataplane.kernel.netns import in_netns
+from dataplane.kernel.netns import in_netns, iproute
 from dataplane.runtime import state
 from dataplane.units import parse_speed
 
@@ -90,7 +89,7 @@ def _set_links(items: list[tuple[object, object]], up: bool) -> int:
     try:
         for netns in by_ns:
             with in_netns(netns):
-                sockets.append((IPRoute(), by_ns[netns]))
+                sockets.append((iproute(), by_ns[netns]))
         t = time.monotonic_ns()
         for ipr, indexes in sockets:
             for index in indexes:
@@ -136,7 +135,7 @@ def _all_carrier(items) -> bool:
         by_ns.setdefault(node.netns, []).append(iface.ifindex)
     for netns, indexes in by_ns.items():
         with in_netns(netns):
-            ipr = IPRoute()
+            ipr = iproute()
         try:
             for index in indexes:
                 if not ipr.link("get", index=index)[0]["flags"] & 0x10000:

@@ -23,10 +23,9 @@ from importlib import metadata
 from pathlib import Path
 
 import yaml
-from pyroute2 import IPRoute
 
 from dataplane.errors import RuntimeStateError
-from dataplane.kernel.netns import in_netns
+from dataplane.kernel.netns import in_netns, iproute
 from dataplane.runtime import state
 from dataplane.runtime.labspec import CLAB_NETNS_PREFIX, LabSpec
 from dataplane.topology.infer import HOST_IMAGE_REPOSITORY, SWITCH_IMAGE_REPOSITORY
@@ -210,7 +209,7 @@ def adopt_ifindexes(spec: LabSpec, *, adopt_macs: bool = False, mtu: int | None 
     macs: dict[tuple[str, str], str] = {}
     for node in spec.nodes:
         with in_netns(node.netns):
-            ipr = IPRoute()
+            ipr = iproute()
         try:
             present = {link.get_attr("IFLA_IFNAME"): link for link in ipr.get_links()}
             for iface in node.interfaces:

@@ -11,11 +11,10 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 import yaml
-from pyroute2 import IPRoute
 
 from dataplane.errors import RuntimeStateError
 from dataplane.kernel.ethtool import host_port_offloads
-from dataplane.kernel.netns import in_netns
+from dataplane.kernel.netns import in_netns, iproute
 from dataplane.runtime import containerlab as clab_runtime
 from dataplane.runtime import hostsplit as hs
 from dataplane.runtime import lifecycle, splitstate, state
@@ -153,7 +152,7 @@ def _stitch_ports(spec: LabSpec, machines, record, cuts, where) -> None:
         node = spec.node(cut.node)
         iface = node.interface(cut.interface)
         with in_netns(node.netns):
-            ipr = IPRoute()
+            ipr = iproute()
         try:
             index = ipr.link_lookup(ifname=cut.alias)[0]
             ipr.link("set", index=index, state="down")
@@ -180,9 +179,9 @@ def _renumber_switch_ports(spec: LabSpec, machines, where) -> None:
         home = os.open(f"/run/netns/{machine_ns}" if machine_ns else "/proc/1/ns/net", os.O_RDONLY)
         away = os.open(f"/run/netns/{node.netns}", os.O_RDONLY)
         with in_netns(node.netns):
-            inside = IPRoute()
+            inside = iproute()
         with in_netns(machine_ns):
-            outside = IPRoute()
+            outside = iproute()
         try:
             present = {link["index"] for link in inside.get_links()}
             for iface in node.interfaces:

@@ -23,10 +23,9 @@ import subprocess
 import zlib
 from dataclasses import dataclass
 
-from pyroute2 import IPRoute
 
 from dataplane.errors import RuntimeStateError, TopologyError
-from dataplane.kernel.netns import in_netns
+from dataplane.kernel.netns import in_netns, iproute
 from dataplane.runtime import containerlab as clab_runtime
 from dataplane.runtime import state
 from dataplane.runtime import netns as rt
@@ -61,7 +60,7 @@ def locate(host: Host, number: int, candidates: list[str | None] | None = None) 
         candidates = [None] + [n for n in rt.list_netns() if not n.startswith(LAB_NAMESPACE_PREFIXES)]
     for netns in candidates:
         with in_netns(netns):
-            ipr = IPRoute()
+            ipr = iproute()
         try:
             found = ipr.get_addr(address=host.address)
             if not found:

@@ -6,9 +6,8 @@ from __future__ import annotations
 
 import os
 
-from pyroute2 import IPRoute
 
-from dataplane.kernel.netns import in_netns
+from dataplane.kernel.netns import in_netns, iproute
 from dataplane.runtime import containerlab as clab_runtime
 from dataplane.runtime import splitstate
 
@@ -40,7 +39,7 @@ def machine_side(part: str, netns: str | None, devices: list[str]) -> None:
         path.unlink(missing_ok=True)
     if devices:
         with in_netns(netns):
-            ipr = IPRoute()
+            ipr = iproute()
         try:
             for name in devices:
                 for index in ipr.link_lookup(ifname=name):
