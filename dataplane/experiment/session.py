@@ -17,6 +17,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from dataplane.experiment import runner
 from dataplane.errors import RuntimeStateError
 from dataplane.experiment.spec import Experiment, ExperimentError, ModeSpec
+from dataplane.kernel.netns import load_iproute
 from dataplane.lab import faults
 from dataplane.lab.fabric import Fabric
 from dataplane.report import metrics, table
@@ -106,6 +107,8 @@ def run(exp: Experiment, progress=None, lab_name: str | None = None,
             "modes": {}, "sweeps": {}, "lab_mismatch": mismatch,
             "arn_path": _arn_path(spec.name),
         }
+        if exp.events:      # the scheduled faults' netlink on time, not after its import
+            load_iproute()
         per_mode_ports = any(m.port_model for m in exp.modes)
         for mode in exp.modes:
             if per_mode_ports:      # e.g. PFC on vs off: each mode's model, PFC off unless asked
