@@ -46,6 +46,8 @@ LOSSLESS_TBF = 0x100000                # "10:", the lossless class's tbf (held f
 TBF_MAX_BUCKET_NS = 2**32 - 1          # the kernel keeps a tbf bucket as at most this many ns
 MAX_SHAPER_BPS = (2**32 - 1) * 8       # tbf's 32-bit bytes/s rate (pyroute2 sends no rate64)
 ETH_OVERHEAD = 18                      # Ethernet header + one VLAN tag above the L3 MTU
+SHAPER_MARGIN = 1.05                   # the real queue drains this much faster than the port
+                                       # (shaper_params)
 BUCKET_ROUNDING_NS = 1000 + 2 * 64     # tbf keeps its bucket as a time: pyroute2 rounds it
                                        # down to whole microseconds (then 64 ns ticks), and
                                        # the kernel turns that time back into the largest
@@ -58,7 +60,7 @@ class RealQueueError(RuntimeError):
 
 @dataclass(frozen=True)
 class ShaperParams:
-    rate_bps: int          # tbf rate; min(port speed, MAX_SHAPER_BPS)
+    rate_bps: int          # tbf rate; min(port speed x SHAPER_MARGIN, MAX_SHAPER_BPS)
     burst_bytes: int       # token bucket depth: one maximum-size frame
     limit_bytes: int       # tbf backlog limit: above the virtual buffer, never the first to drop
 
@@ -70,10 +72,20 @@ def shaper_params(speed_bps: int, buffer_bytes: int, mtu: int) -> ShaperParams:
     no more than that each frame waits for the previous one's transmission time, like a
     store-and-forward port (a deeper bucket would let bursts through undelayed). The
     limit is twice the virtual buffer plus the bucket: the two queues see a frame at
-    slightly different moments and the virtual one must be the one that drops."""
+    slightly different moments and the virtual one must be the one that drops.
+
+    The rate has a margin over the port's speed because the virtual queue must stay the
+    bottleneck. tbf wakes by a timer and loses whatever it wakes late; a starved softirq
+    made a 10 Mb/s tbf deliver 9.6 Mb/s with another process keeping a core busy (9.9
+    quiet). A real queue slower than the virtual one, however slightly, clocks a
+    window-limited sender's ACKs: the sender then offers no more than the real queue
+    drains, the virtual queue (which decides ECN, PFC and drops) never fills, and a
+    congested port neither marks nor pauses while its real backlog sits full. With the
+    margin frames leave a few per cent early when backlogged; the virtual queue still
+    decides everything (5 %: 10.1-10.3 Mb/s delivered for 10, busy or quiet)."""
     if speed_bps <= 0:
         raise RealQueueError("a real queue needs a port speed (port model scale > 0)")
-    rate = min(int(speed_bps), MAX_SHAPER_BPS)
+    rate = min(int(speed_bps * SHAPER_MARGIN), MAX_SHAPER_BPS)
     # The rounding's worth of bytes on top, or at 10 Gb/s (1,250 bytes per microsecond)
     # the rounded bucket no longer holds a full frame and tbf drops every one.
     burst = mtu + ETH_OVERHEAD + math.ceil(rate * BUCKET_ROUNDING_NS / 8e9)

@@ -34,7 +34,6 @@ def _run(lab, tmp_path, name: str, **changes) -> dict[str, dict]:
     return {label: m["metrics"] for label, m in results["modes"].items()} | {"_results": results}
 
 
-@pytest.mark.flaky(reruns=2)   # Python hosts on a shared machine: a starved run may stall
 def test_link_cut_under_traffic_is_recovered_by_retransmission(lab, tmp_path):
     events = [{"at": 1.0, "for": 1.0, "fault": "link-down", "a": "leaf2:up1", "b": "spine1:down2"},
               {"at": 1.2, "for": 1.0, "fault": "link-down", "a": "leaf1:up2", "b": "spine2:down1"}]
@@ -48,7 +47,7 @@ def test_link_cut_under_traffic_is_recovered_by_retransmission(lab, tmp_path):
     assert ecmp["loss_packets"] == 0            # no position of any QP is missing at the end
 
 
-@pytest.mark.flaky(reruns=3)   # a host starved for a second skews one QP's rate (a full suite on a 2-core machine failed it three times in a row once)
+@pytest.mark.flaky(reruns=1)   # the switches' PFC is the agent's Python poll: starved, it pauses late
 def test_dcqcn_shares_a_bottleneck_below_xoff_and_without_it_pfc_pauses(lab, tmp_path):
     out = _run(lab, tmp_path, "dcqcn-fairness")
     on, off = out["dcqcn-on"], out["dcqcn-off"]
@@ -105,7 +104,7 @@ def test_reordering_costs_go_back_n_not_selective_repeat(lab, tmp_path):
 
 
 @pytest.mark.slow   # the experiment at two seeds, rankings by bootstrap compared
-@pytest.mark.flaky(reruns=2)   # Python hosts on a shared machine: a starved run may stall
+@pytest.mark.flaky(reruns=2)   # a starved PFC poll (the agent's) overflows headroom: lossless drops, timeouts
 def test_fct_websearch_at_two_seeds_agrees_on_the_ranking_of_modes(lab, tmp_path):
     """experiments/fct-websearch.yml at half its length (4 s a mode) at workload seeds 1 and 2:
     the report's rankings by average slowdown (ties where a bootstrap cannot order two
@@ -115,7 +114,9 @@ def test_fct_websearch_at_two_seeds_agrees_on_the_ranking_of_modes(lab, tmp_path
     for seed in (1, 2):
         out = _run(lab, tmp_path / f"seed{seed}", "fct-websearch", duration_s=4.0,
                    workload={"seed": seed, "duration_s": 4.0})
-        assert all(out[label]["messages_done_pct"] == 100.0 for label in out if label != "_results")
+        done = {label: (m["messages_done_pct"], m["drops"], m["headroom_drops"], m["timeouts"])
+                for label, m in out.items() if label != "_results"}
+        assert all(pct == 100.0 for pct, *_ in done.values()), (seed, done)   # done %, drops, headroom drops, timeouts
         by_seed.append(ranking.by_bucket({label: m["runs"] for label, m in out["_results"]["modes"].items()}))
     print([[(b["lo"], ranking.text(b["ranking"]) if b["ranking"] else None) for b in buckets]
            for buckets in by_seed])
