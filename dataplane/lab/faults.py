@@ -31,7 +31,6 @@ from __future__ import annotations
 import json
 import time
 
-
 from dataplane.agent import client
 from dataplane.errors import RuntimeStateError
 from dataplane.kernel.netns import in_netns, iproute

@@ -41,7 +41,7 @@ from dataplane.wire.pfc import quanta_wall_seconds
 EVENT_POLL_S = 0.05        # the ring buffer holds 32 k completions: read well before it fills
 DELIVERY_POLL_S = 0.01     # after the switches' queues drained, what is left is on the wire:
 DELIVERY_QUIET_POLLS = 3   # veths deliver in microseconds, so 30 ms without a frame is the end
-DELIVERY_LIMIT_S = 0.4
+DELIVERY_LIMIT_S = 0.4     # never longer than the fixed grace it replaced (runner.RECEIVER_GRACE_S)
 XDP_DATAPLANES = ("xdp", "xdp-generic")
 
 
