@@ -136,7 +136,7 @@
 #define RC_F_TM           (1U << 3)   /* ... the switch has `tm` entries for dst (tm_dsts) */
 
 #define QUEUE_F_REAL      (1U << 0)   /* port_queue.flags: frames for this egress port leave the
-                                       * XDP program with XDP_PASS and a handoff in the metadata;
+                                       * XDP program with XDP_PASS and a handoff in the frame;
                                        * tc_handoff redirects them through the port's qdisc (a
                                        * shaper at the port's speed), so the queue delays them */
 
@@ -205,7 +205,9 @@
 #define ARN_PROG_SWITCH   3            /* ... xdp_switch itself, run again after the rescan */
 #define ARN_PROGS         4
 
-/* struct handoff.magic: "rail", tells railab's metadata from anything else in front */
+/* struct handoff.magic: "rail" (its first byte is not an IPv4 header's, so a handoff is
+ * never taken for the IP header it stands in front of) */
 #define HANDOFF_MAGIC     0x7261696cU
+#define HANDOFF_GAP       24          /* sizeof(struct handoff): what a handed-off frame grows by */
 
 #endif /* RAILAB_CONSTS_H */

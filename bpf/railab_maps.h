@@ -75,6 +75,10 @@ BPF_HASH(tm_dsts, struct tm_dst_key, __u32, MAX_TM);
 BPF_HASH(arp_learned, struct learn_key, struct learn_val, MAX_LEARNED);
 BPF_ARRAY(learn_gen, __u64, 1);
 
+/* handoff_key: key 0 -> a random __u64 the loader sets (dataplane.xdp.switch), written into
+ * every handoff and checked by tc_handoff, so a frame from outside cannot pose as one */
+BPF_ARRAY(handoff_key, __u64, 1);
+
 /* port_stats: PERCPU, key __u32 port slot -> struct port_stats (rx/tx/drops by reason). */
 BPF_PERCPU_ARRAY(port_stats, struct port_stats, MAX_PORTS);
 

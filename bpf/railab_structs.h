@@ -166,13 +166,15 @@ struct port_queue {
     __u64 placed_prev;    /* state: ... in the window before (the meter has seen part of them) */
 };
 
-/* XDP metadata (in front of the frame, bpf_xdp_adjust_meta) of a frame handed to
- * tc_handoff: XDP has decided and rewritten it, the egress port's qdisc sends it. */
+/* What rl_handoff writes into a frame for tc_handoff, right after the frame's Ethernet
+ * header (the frame grows by HANDOFF_GAP = its size): XDP has decided and rewritten the
+ * frame, the egress port's qdisc sends it. */
 struct handoff {
     __u32 magic;          /* HANDOFF_MAGIC */
     __u32 ifindex;        /* egress ifindex (host order) */
     __u32 tc_class;       /* skb->priority for the egress qdisc (PFC_TC_*), 0 = leave it */
     __u32 _pad;
+    __u64 key;            /* handoff_key: only this program's handoffs are obeyed */
 };
 
 /* key of `flowlets` (LRU hash) */

@@ -26,9 +26,10 @@
  *        -> member by the group's mode
  *        -> emulated egress port (rl_transmit: virtual queue, tail drop queue_full, ECN CE)
  *        -> MAC rewrite, TTL-1 -> bpf_redirect(member ifindex)
- *           or, if that port has a real queue: XDP_PASS with the egress ifindex in the
- *           metadata -> tc_handoff (clsact ingress) -> bpf_redirect through the egress
- *           port's shaper qdisc (delay as well as the model's drops and marks)
+ *           or, if that port has a real queue: XDP_PASS with the egress ifindex in a
+ *           handoff inside the frame -> tc_handoff (clsact ingress) removes it ->
+ *           bpf_redirect through the egress port's shaper qdisc (delay as well as the
+ *           model's drops and marks)
  *
  * Every exit goes through rl_exit() (per-verdict counters); drops go through
  * rl_drop() (per-port and global per-reason counters) which calls rl_exit().
@@ -536,25 +537,37 @@ static __always_inline int queue_admit(struct port_queue *q, __u64 now, __u64 tx
     return drop;
 }
 
-/* Hand a decided, rewritten frame to tc_handoff (XDP_PASS with a `struct handoff` in
- * the metadata), which sends it through the egress port's qdisc: XDP cannot hold a
- * frame, a qdisc can. tc_class picks the qdisc's class (PFC_TC_*; 0 = none). */
+/* Hand a decided, rewritten frame to tc_handoff, which sends it through the egress
+ * port's qdisc: XDP cannot hold a frame, a qdisc can. The handoff travels in the frame
+ * (this kernel's XDP has no bpf_xdp_adjust_meta): HANDOFF_GAP bytes are added in front,
+ * the Ethernet header is copied to the new front and the `struct handoff` written behind
+ * it, over the old header, so the stack sees an IPv4 frame to another MAC, which it
+ * leaves to tc; tc_handoff removes the gap between the MAC and IP headers. tc_class
+ * picks the qdisc's class (PFC_TC_*; 0 = none). */
 static __always_inline int rl_handoff(struct xdp_md *ctx, __u32 egress_ifindex, __u32 tc_class)
 {
     struct handoff *h;
-    void *data;
+    struct ethhdr *eth;
+    void *data, *data_end;
+    __u64 *key;
+    __u32 zero = 0;
 
     rl_count_verdict(ctx, RL_VERDICT_QUEUED);
-    if (bpf_xdp_adjust_meta(ctx, -(int)sizeof(*h)))
+    key = handoff_key.lookup(&zero);
+    if (!key || bpf_xdp_adjust_head(ctx, -(int)HANDOFF_GAP))
         return rl_exit(ctx, XDP_ABORTED);
     data = (void *)(long)ctx->data;
-    h = (void *)(long)ctx->data_meta;
-    if ((void *)(h + 1) > data)
+    data_end = (void *)(long)ctx->data_end;
+    eth = data;
+    h = data + sizeof(*eth);
+    if (data + HANDOFF_GAP + sizeof(*eth) > data_end)
         return rl_exit(ctx, XDP_ABORTED);
+    __builtin_memcpy(eth, data + HANDOFF_GAP, sizeof(*eth));
     h->magic = HANDOFF_MAGIC;
     h->ifindex = egress_ifindex;
     h->tc_class = tc_class;
     h->_pad = 0;
+    h->key = *key;
     return XDP_PASS;
 }
 
@@ -1182,18 +1195,30 @@ int xdp_pass(struct xdp_md *ctx)
 }
 
 /* tc ingress (clsact) of every switch port in real-queue mode: a frame rl_handoff
- * passed up goes to the egress port's transmit path, through its qdisc. Anything
- * else (frames for the switch itself, ARP the kernel answers) goes on to the stack. */
+ * passed up goes to the egress port's transmit path, through its qdisc, once the gap
+ * that carried the handoff is gone. Anything else (frames for the switch itself, ARP the
+ * kernel answers) goes on to the stack; so does a frame that only looks like a handoff
+ * (a sender cannot know handoff_key), where the stack drops it as a bad IPv4 header. */
 int tc_handoff(struct __sk_buff *skb)
 {
     void *data = (void *)(long)skb->data;
-    struct handoff *h = (void *)(long)skb->data_meta;
+    void *data_end = (void *)(long)skb->data_end;
+    struct handoff *h = data + sizeof(struct ethhdr);
+    __u32 zero = 0, ifindex, tc_class;
+    __u64 *key;
 
-    if ((void *)(h + 1) > data || h->magic != HANDOFF_MAGIC)
+    if ((void *)(h + 1) > data_end || h->magic != HANDOFF_MAGIC)
         return TC_ACT_OK;
-    if (h->tc_class)
-        skb->priority = h->tc_class;
-    return bpf_redirect(h->ifindex, 0);
+    key = handoff_key.lookup(&zero);
+    if (!key || h->key != *key)
+        return TC_ACT_OK;
+    ifindex = h->ifindex;
+    tc_class = h->tc_class;
+    if (bpf_skb_adjust_room(skb, -(int)HANDOFF_GAP, BPF_ADJ_ROOM_MAC, BPF_F_ADJ_ROOM_NO_CSUM_RESET))
+        return TC_ACT_SHOT;
+    if (tc_class)
+        skb->priority = tc_class;
+    return bpf_redirect(ifindex, 0);
 }
 
 int xdp_switch(struct xdp_md *ctx)

@@ -18,7 +18,7 @@ from dataplane.topology.model import Endpoint
 from dataplane.xdp.abi import ROCE_V2_UDP_PORT
 
 XDP_VERDICTS = {0: "aborted", 1: "drop", 2: "pass", 3: "tx", 4: "redirect", 5: "queued"}
-FORWARDED = (4, 5)     # redirected, or handed to a real queue (XDP_PASS + handoff metadata)
+FORWARDED = (4, 5)     # redirected, or handed to a real queue (XDP_PASS + a handoff in the frame)
 ROCE_PORT = ROCE_V2_UDP_PORT
 MAX_HOPS = 16
 

@@ -137,6 +137,6 @@ def _run_frame(prog_fd: int, netns: str, frame: bytes, ifindex: int) -> tuple[in
     # The ingress device is looked up in the caller's namespace: the switch's.
     with in_netns(netns):
         result = prog_test_run(prog_fd, frame, ingress_ifindex=ifindex)
-    if result.verdict == "pass" and abi.handoff_in(result.meta):
-        return abi.RL_VERDICT_QUEUED, result.data      # forwarded, through a real queue
+    if result.verdict == "pass" and abi.handoff_in(result.data):
+        return abi.RL_VERDICT_QUEUED, abi.handed_on(result.data)   # forwarded, through a real queue
     return result.retval, result.data

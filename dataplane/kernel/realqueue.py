@@ -6,8 +6,9 @@ and every path of a fabric is equally fast (spraying never reorders, TCP cannot 
 In real-queue mode a switch port also gets
 
   - a clsact qdisc with `tc_handoff` on ingress: the XDP program hands each decided,
-    rewritten frame up with XDP_PASS and the egress ifindex in its metadata, and
-    tc_handoff redirects it to that egress device's transmit path;
+    rewritten frame up with XDP_PASS and the egress ifindex in a handoff written into
+    the frame, and tc_handoff removes it and redirects the frame to that egress
+    device's transmit path;
   - a token-bucket (tbf) root qdisc at the port's emulated speed, where the frame waits.
 
 Both queues drain at the same speed, so the real backlog follows the virtual one; the

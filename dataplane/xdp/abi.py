@@ -222,6 +222,7 @@ RC_F_ROUTE = 1 << 2
 RC_F_TM = 1 << 3
 QUEUE_F_REAL = 1 << 0        # port_queue.flags: frames go through the port's shaper qdisc
 HANDOFF_MAGIC = 0x7261696C   # struct handoff.magic ("rail")
+HANDOFF_GAP = 24             # sizeof(struct handoff): what a handed-off frame grows by
 RL_VERDICT_QUEUED = 5
 
 RL_XDP_ACTION_MAX = 6
@@ -370,21 +371,31 @@ class PortQueue(ct.Structure):
 
 
 class Handoff(ct.Structure):
-    """XDP metadata in front of a frame handed to tc_handoff (not a map value)"""
+    """What XDP writes after the Ethernet header of a frame it hands to tc_handoff (not a
+    map value); tc_handoff removes it (HANDOFF_GAP bytes) before the qdisc"""
     _fields_ = [
         ("magic", ct.c_uint32),
         ("ifindex", ct.c_uint32),
         ("tc_class", ct.c_uint32),
         ("_pad", ct.c_uint32),
+        ("key", ct.c_uint64),
     ]
 
 
-def handoff_in(meta: bytes) -> Handoff | None:
-    """The handoff an XDP_PASS left in front of its frame (real-queue port), or None."""
-    if len(meta) < ct.sizeof(Handoff):
+_ETH_HLEN = 14
+
+
+def handoff_in(frame: bytes) -> Handoff | None:
+    """The handoff an XDP_PASS wrote into its frame (real-queue port), or None."""
+    if len(frame) < _ETH_HLEN + HANDOFF_GAP:
         return None
-    h = Handoff.from_buffer_copy(meta[-ct.sizeof(Handoff):])
+    h = Handoff.from_buffer_copy(frame[_ETH_HLEN:_ETH_HLEN + HANDOFF_GAP])
     return h if h.magic == HANDOFF_MAGIC else None
+
+
+def handed_on(frame: bytes) -> bytes:
+    """A handed-off frame as tc_handoff sends it: without the handoff."""
+    return frame[:_ETH_HLEN] + frame[_ETH_HLEN + HANDOFF_GAP:]
 
 
 class FlowletKey(ct.Structure):
@@ -615,6 +626,7 @@ MAPS: dict[str, tuple[type, type]] = {
     "tm_dsts": (TmDstKey, ct.c_uint32),
     "arp_learned": (LearnKey, LearnVal),
     "learn_gen": (ct.c_uint32, ct.c_uint64),
+    "handoff_key": (ct.c_uint32, ct.c_uint64),
     "flow_seen": (FlowSeenKey, FlowSeen),
     "flow_cfg": (ct.c_uint32, FlowCfg),
     "flow_sample": (ct.c_uint32, ct.c_uint64),

@@ -118,7 +118,7 @@ class TestRunResult:
     retval: int          # the XDP verdict
     data: bytes          # the frame after the program ran
     duration_ns: int     # mean run time per repetition (kernel-measured)
-    meta: bytes = b""    # XDP metadata the program left in front of the frame (with a ctx)
+    meta: bytes = b""    # XDP metadata in front of the frame (with a ctx; railab's programs write none)
 
     __test__ = False     # not a pytest class
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import ctypes as ct
 import ipaddress
+import os
 from pathlib import Path
 
 from dataplane.closing import Closing
@@ -118,6 +119,7 @@ class SwitchDataplane(PortTables, GroupTables, RouteTables, PortModelTables,
         self.maps = BpfMaps({name: self._object.maps[name] for name in abi.MAPS})
         for slot, name in NOTICE_PROGS.items():
             self.maps.update("arn_progs", ct.c_uint32(slot), ct.c_uint32(self._object.progs[name]))
+        self.maps.update("handoff_key", ct.c_uint32(0), ct.c_uint64(int.from_bytes(os.urandom(8), "little") | 1))
         # shadow state (the maps are the truth for the data path; this is for the API),
         # by the table family that writes it (dataplane.xdp.tables)
         self._ports: dict[int, abi.PortInfo] = {}          # ports

@@ -20,10 +20,13 @@ from scapy.packet import Raw
 
 from dataplane.xdp import abi
 from dataplane.xdp.bpfio import BPF_F_LOCK
+from dataplane.xdp.progtest import prog_test_run
 from dataplane.xdp.switch import wcmp_slots
 
 from .. import frames
 from .conftest import run_frame, switch_bench
+
+TC_ACT_OK, TC_ACT_REDIRECT = 0, 7      # linux/pkt_cls.h
 
 SW = 3
 IN = 201
@@ -465,7 +468,8 @@ def test_a_port_back_from_idle_reads_its_first_busy_window_as_it_is(dp, lab, mod
 
 def test_real_queue_port_hands_the_decided_frame_to_tc(dp, lab, mode):
     """A port with a real queue: the frame leaves XDP with XDP_PASS, rewritten as for a
-    redirect, with (magic, egress ifindex) in the metadata for tc_handoff."""
+    redirect, with (magic, egress ifindex, the lab's key) after its Ethernet header for
+    tc_handoff, which removes them."""
     mode("ecmp", group=G2)
     dp.tm_add(SW, src="10.9.0.2", dst="10.41.0.1", sport=1, dport=2, proto="udp",
               egress_ifindex=EG[0], dmac=NH_MAC[EG[0]])
@@ -481,12 +485,40 @@ def test_real_queue_port_hands_the_decided_frame_to_tc(dp, lab, mode):
     finally:
         dp.tm_del(SW, src="10.9.0.2", dst="10.41.0.1", sport=1, dport=2, proto="udp")
     assert plain.verdict == "redirect" and plain.meta == b""
-    assert handed.verdict == "pass"
-    assert handed.data == plain.data and Ether(handed.data)[IP].ttl == 8
-    meta = abi.Handoff.from_buffer_copy(handed.meta)
-    assert (meta.magic, meta.ifindex) == (abi.HANDOFF_MAGIC, EG[0])
+    assert handed.verdict == "pass" and handed.meta == b""
+    assert abi.handed_on(handed.data) == plain.data and Ether(plain.data)[IP].ttl == 8
+    # the stack sees the frame's own Ethernet header (an IPv4 frame for the next hop) in front
+    assert handed.data[:14] == plain.data[:14] and len(handed.data) == len(plain.data) + abi.HANDOFF_GAP
+    handoff = abi.handoff_in(handed.data)
+    key = ct.c_uint64()
+    assert dp.maps.lookup("handoff_key", ct.c_uint32(0), key) and key.value
+    assert (handoff.magic, handoff.ifindex, handoff.key) == (abi.HANDOFF_MAGIC, EG[0], key.value)
     with pytest.raises(ValueError, match="needs a port speed"):
         dp.set_port_model(EG[0], speed_bps=0, real_queue=True)
+
+
+def test_tc_handoff_obeys_only_its_own_programs_handoffs(dp, lab, mode):
+    """tc_handoff, run on the frame XDP handed up: it removes the handoff and redirects
+    (TC_ACT_REDIRECT) the frame as a plain redirect would have sent it. The same frame with
+    another key is not its own: it goes on to the stack (TC_ACT_OK), unchanged."""
+    mode("ecmp", group=G2)
+    dp.tm_add(SW, src="10.9.0.2", dst="10.41.0.1", sport=1, dport=2, proto="udp",
+              egress_ifindex=EG[0], dmac=NH_MAC[EG[0]])
+    frame = udp("10.41.0.1", sport=1, dport=2, ttl=9)
+    try:
+        plain = run(dp, lab, frame)
+        dp.set_port_model(EG[0], speed_bps=10**9, real_queue=True)
+        handed = run(dp, lab, frame)
+    finally:
+        dp.tm_del(SW, src="10.9.0.2", dst="10.41.0.1", sport=1, dport=2, proto="udp")
+        dp.set_port_model(EG[0], speed_bps=10**9, real_queue=False)
+    sent = prog_test_run(dp.handoff_prog_fd, handed.data)
+    assert (sent.retval, sent.data) == (TC_ACT_REDIRECT, plain.data)
+    forged = bytearray(handed.data)
+    forged[14 + abi.HANDOFF_GAP - 1] ^= 0x80          # the key's top byte
+    kept = prog_test_run(dp.handoff_prog_fd, bytes(forged))
+    assert (kept.retval, kept.data) == (TC_ACT_OK, bytes(forged))
+    assert prog_test_run(dp.handoff_prog_fd, plain.data).retval == TC_ACT_OK
 
 
 def test_pfc_classes_and_a_paused_egress_holds_lossless_frames_in_the_ingress_account(dp, lab, mode):
@@ -504,7 +536,7 @@ def test_pfc_classes_and_a_paused_egress_holds_lossless_frames_in_the_ingress_ac
         def handed(tos):
             res = run(dp, lab, udp("10.41.0.1", sport=1, dport=2, tos=tos))
             assert res.verdict == "pass"
-            return abi.Handoff.from_buffer_copy(res.meta).tc_class
+            return abi.handoff_in(res.data).tc_class
 
         assert handed(26 << 2) == abi.PFC_TC_LOSSLESS
         assert handed(abi.PFC_CNP_DSCP << 2) == abi.PFC_TC_CNP
