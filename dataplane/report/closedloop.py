@@ -102,19 +102,24 @@ def steady_state(run: dict, window: tuple[float, float] | None) -> dict:
     }
 
 
-def qp_rate_min_max(transports: list[dict], settle_s: float = 1.0) -> float | None:
-    """Fairness of the QPs' sending rates: min / max of each QP's mean rate of new data
-    (rate_timeline) over the samples while all of them were sending, from `settle_s`
-    after the last one started; None when there is no such window or fewer than 2 QPs."""
+def qp_steady_rates(transports: list[dict], settle_s: float = 1.0) -> list[float] | None:
+    """Each QP's mean rate of new data (rate_timeline) over the samples while all of them
+    were sending, from `settle_s` after the last one started; None when there is no such
+    window or fewer than 2 QPs."""
     window = steady_window(transports, settle_s)
     if window is None:
         return None
     lo, hi = window
-    lines = [t.get("rate_timeline") or [] for t in transports]
     means = []
-    for line in lines:
-        rates = [p[2] for p in line if lo <= p[0] <= hi]
+    for t in transports:
+        rates = [p[2] for p in t.get("rate_timeline") or [] if lo <= p[0] <= hi]
         if not rates:
             return None
         means.append(sum(rates) / len(rates))
-    return min(means) / max(means) if max(means) > 0 else None
+    return means
+
+
+def qp_rate_min_max(transports: list[dict], settle_s: float = 1.0) -> float | None:
+    """Fairness of the QPs' sending rates: min / max of qp_steady_rates (1 = equal shares)."""
+    means = qp_steady_rates(transports, settle_s)
+    return min(means) / max(means) if means and max(means) > 0 else None
