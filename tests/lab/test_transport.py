@@ -102,16 +102,18 @@ def test_reordering_costs_go_back_n_not_selective_repeat(lab, tmp_path):
     # NAK). (NAKs alone are no measure: one NAK answers a burst of drops, and this lab
     # reorders little -- 0.2-0.6 % -- so NAKs and drops came out 22-33 against 31-37 in
     # runs on one machine; selective repeat resent 28-35 against 28-35 drops, once 32
-    # against 28.)
-    assert gbn["naks"] > 0 and gbn["retx_packets"] > 3 * max(gbn["drops"], 1), gbn
+    # against 28.) How much go-back-N resends per drop depends on how many packets were
+    # in flight behind each hole: 3.3-7.7 x the drops with a core kept busy (80 against
+    # 24 once), so the bound is 2 x.
+    assert gbn["naks"] > 0 and gbn["retx_packets"] > 2 * max(gbn["drops"], 1), gbn
     assert sr["retx_packets"] <= sr["drops"] + sr["out_of_order"] + 2, sr
-    assert gbn["retx_packets"] > 3 * max(sr["retx_packets"], 1)
+    assert gbn["retx_packets"] > 2 * max(sr["retx_packets"], 1)
     # Flowlet is not held to fewer resends than spraying: on these equal paths spraying
     # reorders 0.13-0.21 % and flowlet 0.11 % (its out-of-order frames are resends), so
     # both modes' go-back-N resends come from drops (flowlet 171-176 against spray-rr's
     # 123-246 in busy runs): the window's resend after each loss is what both pay.
     flowlet = out["flowlet gbn"]
-    assert flowlet["retx_packets"] > 3 * max(flowlet["drops"], 1), flowlet
+    assert flowlet["retx_packets"] > 2 * max(flowlet["drops"], 1), flowlet
     for label in ("spray-rr gbn", "spray-rr sr", "flowlet gbn", "flowlet sr", "ecmp gbn"):
         assert out[label]["messages_done_pct"] == 100.0
     assert any(closedloop.slowdown_buckets(run)[0]["count"]
