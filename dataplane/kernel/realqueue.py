@@ -23,11 +23,20 @@ back, which also refills its bucket, so the held frames leave at once at the por
 The trickle is the slowest rate at which tbf still takes a full frame: its bucket is a
 time of at most 2**32 ns, so a held class lets one frame through when the hold starts
 (the frame already on the wire, in a real switch) and then at most one per ~4 s.
+
+A release also kicks the qdisc. Changing the tbf does not make the kernel dequeue: the
+held frames waited for the tbf's next wake-up, set at the trickle (up to seconds), or for
+the next frame queued on the port; a port whose traffic had stopped then drained at a
+few per cent of its speed, paused again after each burst (seen: a 2 MB backlog took 28 s
+to leave a 20 Mb/s port, and its frames arrived in the next run). Sending a frame makes the
+kernel run the qdisc; the kick is a frame for class 1:40, whose pfifo holds nothing and
+drops it there, so it never reaches the wire (stats() leaves its drops out).
 """
 from __future__ import annotations
 
 import contextlib
 import math
+import socket
 from dataclasses import dataclass
 
 from pyroute2 import IPRoute
@@ -43,6 +52,9 @@ PORT_CLASS = 0x10001                   # HTB "1:1", the port's speed (PFC on)
 LOSSLESS_CLASS = 0x10010               # "1:10" = abi.PFC_TC_LOSSLESS
 OTHER_CLASS = 0x10020                  # "1:20" = abi.PFC_TC_OTHER, HTB's default
 CNP_CLASS = 0x10030                    # "1:30" = abi.PFC_TC_CNP, CNPs
+KICK_CLASS = 0x10040                   # "1:40", drops what it gets: a release's kick
+KICK_LEAF = 0x400000                   # "40:", its pfifo of limit 0
+KICK_FRAME = bytes(12) + b"\x88\xb5" + bytes(46)     # local experimental EtherType
 LOSSLESS_TBF = 0x100000                # "10:", the lossless class's tbf (held for pauses)
 TBF_MAX_BUCKET_NS = 2**32 - 1          # the kernel keeps a tbf bucket as at most this many ns
 MAX_SHAPER_BPS = (2**32 - 1) * 8       # tbf's 32-bit bytes/s rate (pyroute2 sends no rate64)
@@ -107,6 +119,7 @@ class NamespaceQueues(Closing):
         with in_netns(netns):   # the socket stays bound to the namespace it was opened in
             self._ipr = IPRoute()
         self._mtu: dict[int, int] | None = None     # dumped once, when a shaper is set
+        self._kick_socks: dict[int, socket.socket] = {}
 
     def _mtu_of(self, ifindex: int) -> int:
         if self._mtu is None:
@@ -114,6 +127,8 @@ class NamespaceQueues(Closing):
         return self._mtu.get(ifindex) or 1500
 
     def close(self) -> None:
+        for sock in self._kick_socks.values():
+            sock.close()
         self._ipr.close()
 
     def attach(self, ifindex: int, handoff_fd: int) -> None:
@@ -172,6 +187,9 @@ class NamespaceQueues(Closing):
                          ceil=rate, burst=burst, cburst=burst, prio=prio)
         for cls, leaf in ((OTHER_CLASS, 0x200000), (CNP_CLASS, 0x300000)):     # "20:", "30:"
             self._ipr.tc(verb, "bfifo", ifindex, leaf, parent=cls, limit=params.limit_bytes)
+        self._ipr.tc(f"{verb}-class", "htb", ifindex, KICK_CLASS, parent=PORT_CLASS, rate=f"{params.rate_bps // 100}bit",
+                     ceil=rate, burst=burst, cburst=burst, prio=1)
+        self._ipr.tc(verb, "pfifo", ifindex, KICK_LEAF, parent=KICK_CLASS, limit=0)
         # A new speed (a degrade) while the neighbour's pause holds the class leaves it held
         # and untouched: released here, the paused frames left until the PFC sender's next
         # poll held it again; even set anew to the trickle, a tbf refills its bucket and lets
@@ -201,17 +219,39 @@ class NamespaceQueues(Closing):
             self._set_lossless(ifindex, params, held)
         except NetlinkError as e:
             raise RealQueueError(f"PFC hold on ifindex {ifindex} in {self.netns}: {e}") from None
+        if not held:
+            self._kick(ifindex)
+
+    def _kick(self, ifindex: int) -> None:
+        """Make the kernel run the port's qdisc now (see the module's docstring)."""
+        sock = self._kick_socks.get(ifindex)
+        if sock is None:
+            with in_netns(self.netns):
+                sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, 0)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_PRIORITY, KICK_CLASS)
+            sock.bind((self._ifname_of(ifindex), 0))
+            self._kick_socks[ifindex] = sock
+        with contextlib.suppress(OSError):     # ENOBUFS: the kick class dropped it, as meant
+            sock.send(KICK_FRAME)
+
+    def _ifname_of(self, ifindex: int) -> str:
+        return self._ipr.get_links(ifindex)[0].get_attr("IFLA_IFNAME")
 
     def stats(self) -> dict[int, dict]:
         """{ifindex: shaper backlog and counters} for every port with a shaper, from one
         dump: backlog_bytes, backlog_packets, sent_packets, drops, overlimits."""
-        out = {}
+        out, kicks = {}, {}
         for msg in self._ipr.get_qdiscs():
+            basic = msg.get_attr("TCA_STATS") or {}
+            if msg["parent"] == KICK_CLASS:
+                kicks[msg["index"]] = basic.get("drop", 0)
             if msg["parent"] != TC_H_ROOT or msg.get_attr("TCA_KIND") not in ("tbf", "htb"):
                 continue
-            basic = msg.get_attr("TCA_STATS") or {}
             out[msg["index"]] = {
                 "backlog_bytes": basic.get("backlog", 0), "backlog_packets": basic.get("qlen", 0),
                 "sent_packets": basic.get("packets", 0), "drops": basic.get("drop", 0),
                 "overlimits": basic.get("overlimits", 0)}
+        for index, kicked in kicks.items():
+            if index in out:
+                out[index]["drops"] -= kicked
         return out
