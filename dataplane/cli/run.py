@@ -42,6 +42,7 @@ def run(args) -> int:
         results, folder = session.run(exp, progress, lab_name=args.name,
                                       runtime=args.runtime)
     _warn_receiver_drops(results)
+    _warn_undrained(results)
     if results.get("lab_mismatch"):
         print(f"railab: warning: lab {results['lab']} was deployed from another topology than "
               f"{exp.lab_file} ({results['lab_mismatch']}); the experiment ran on the lab as deployed",
@@ -91,3 +92,11 @@ def _warn_receiver_drops(results: dict) -> None:
         print(f"railab: warning: the receivers fell behind and their sockets dropped {dropped:,} "
               "frames, counted as loss although the fabric delivered them; offer fewer packets "
               "per second", file=sys.stderr)
+
+
+def _warn_undrained(results: dict) -> None:
+    for label, mode in results["modes"].items():
+        stuck = max(int(r.get("undrained_bytes") or 0) for r in mode["runs"])
+        if stuck:
+            print(f"railab: warning: {label}: {stuck:,} bytes still queued in the fabric after the "
+                  "drain limit; they are counted as lost and may arrive in the next run", file=sys.stderr)

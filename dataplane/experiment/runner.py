@@ -36,22 +36,11 @@ CLOSED_LOOP_LIMIT_RTOS = 8  # and at least this many retransmission timeouts (at
                             # RTO alone stretches past 20 s of wall time)
 RECEIVER_GRACE_S = 0.4     # for Python receivers to read what the last hop delivered
 GO_LEAD_S = 0.05          # senders are told to start this far ahead: all hosts are awake by then
-DRAIN_POLL_S = 0.02
-DRAIN_LIMIT_S = 30.0       # a queue still full after this is stuck, not draining
 
 
 def closed_loop_limit_s(rto_us: float, scale: float | None) -> float:
     """Wall seconds a reliable sender may run past the experiment to finish its messages."""
     return max(CLOSED_LOOP_LIMIT_S, CLOSED_LOOP_LIMIT_RTOS * timescale.wall_seconds(rto_us * 1e-6, scale))
-
-
-def wait_for_drain(fabric: Fabric, limit_s: float = DRAIN_LIMIT_S) -> float:
-    """Poll until every emulated port's queue is empty (frames still queued when the
-    senders stop are delivered, not counted as lost); returns the seconds waited."""
-    start = time.monotonic()
-    while fabric.snapshot().waiting_bytes() and time.monotonic() - start < limit_s:
-        time.sleep(DRAIN_POLL_S)
-    return time.monotonic() - start
 
 
 def workload_hosts(spec: LabSpec) -> list[dict]:
@@ -392,7 +381,7 @@ def run_once(spec: LabSpec, experiment: Experiment, flows: list[wl.Flow], label:
                 if "pfc" in rep:      # what the host's NIC port heard and held (PFC)
                     host_pfc[f"{host}:{port}"] = {**rep["pfc"], "paused_waits": rep.get("paused_waits", 0)}
         elapsed = time.monotonic() - started
-        wait_for_drain(fabric)
+        undrained_bytes = fabric.drain()
         if python_receivers:
             time.sleep(RECEIVER_GRACE_S)
         elif kernel_rx is not None:
@@ -464,6 +453,7 @@ def run_once(spec: LabSpec, experiment: Experiment, flows: list[wl.Flow], label:
     return {
         # Loads are bytes over the sending time; wall time adds process start-up.
         "mode": label, "seed": seed, "duration_s": experiment.duration_s, "wall_s": elapsed,
+        "undrained_bytes": undrained_bytes,
         "transport": cfg.kind, "dcqcn": cfg.dcqcn is not None,
         # who played the NICs: the kernel NIC (dataplane.nic) or Python processes, and why
         "hosts": {"receive": receive, "send": send, "why": {"receive": receive_why, "send": send_why},

@@ -17,6 +17,7 @@ spray-rr, spray-random, spraylink, wcmp (see bpf/railab_consts.h LB_MODE_*).
 from __future__ import annotations
 
 import ipaddress
+import time
 
 from dataplane.agent import client
 from dataplane.agent.protocol import CounterSnapshot
@@ -102,6 +103,15 @@ class Fabric:
     def snapshot(self, switch: str | None = None) -> CounterSnapshot:
         """The counters as a dataplane.agent.protocol.CounterSnapshot."""
         return CounterSnapshot.from_wire(self.counters(switch))
+
+    def drain(self, limit_s: float = 30.0, poll_s: float = 0.02) -> int:
+        """Wait until no emulated port holds a frame, or limit_s; returns the bytes still
+        waiting (0: drained). Frames queued when the senders stop are delivered, not lost;
+        a queue still full after the limit is stuck, and its frames would land in the next run."""
+        deadline = time.monotonic() + limit_s
+        while (waiting := self.snapshot().waiting_bytes()) and time.monotonic() < deadline:
+            time.sleep(poll_s)
+        return waiting
 
     def group_of(self, switch: str, prefix_or_ip: str) -> tuple[str, dict]:
         """(group id, group counters) of the switch's group that routes prefix_or_ip."""

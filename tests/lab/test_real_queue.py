@@ -9,7 +9,6 @@ import time
 
 import pytest
 
-from dataplane.experiment.runner import wait_for_drain
 from dataplane.lab import faults
 from dataplane.lab.fabric import Fabric
 from dataplane.traffic import iperf
@@ -65,7 +64,7 @@ def _deliver(fab, stream, receiver_ns, frames: int, *, rate_bps: float | None, f
                 pass
             stream.send_one(flow, seq)
             next_t += gap
-        wait_for_drain(fab, limit_s=10)
+        fab.drain(limit_s=10)
     finally:
         rx.stop(linger=0.2)
     return rx.arrivals
