@@ -228,14 +228,12 @@ class NamespaceQueues(Closing):
         if sock is None:
             with in_netns(self.netns):
                 sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, 0)
+                ifname = socket.if_indextoname(ifindex)
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_PRIORITY, KICK_CLASS)
-            sock.bind((self._ifname_of(ifindex), 0))
+            sock.bind((ifname, 0))
             self._kick_socks[ifindex] = sock
         with contextlib.suppress(OSError):     # ENOBUFS: the kick class dropped it, as meant
             sock.send(KICK_FRAME)
-
-    def _ifname_of(self, ifindex: int) -> str:
-        return self._ipr.get_links(ifindex)[0].get_attr("IFLA_IFNAME")
 
     def stats(self) -> dict[int, dict]:
         """{ifindex: shaper backlog and counters} for every port with a shaper, from one
