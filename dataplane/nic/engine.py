@@ -159,7 +159,8 @@ def _mac(text: str) -> bytes:
 def write_schedule(path: str | os.PathLike, ports: Mapping[str, tuple[str | None, str]],
                    flows: Mapping[str, Sequence[tuple]], *, duration_s: float | None = None,
                    burst: int = 8, burst_ns: int = 20_000_000, ecn: int = roce.ECN_ECT0,
-                   reliable: Reliable | None = None, pfc: PausePlan | None = None) -> int:
+                   reliable: Reliable | None = None, pfc: PausePlan | None = None,
+                   first_slot: int = 0) -> int:
     """Write the engine's schedule file; returns how many packets it holds.
 
     ports: port key (e.g. "h1:eth0") -> (netns, ifname); netns None or "" = the
@@ -169,7 +170,8 @@ def write_schedule(path: str | os.PathLike, ports: Mapping[str, tuple[str | None
     wall-clock second, 0: unpaced; as send_flows takes it, the lab's scale already applied), mtu, opcode kind, DSCP, addresses and QPs go in as they are; every
     frame has `ecn`. duration_s, burst, burst_ns: as send_flows'. reliable: a closed-loop
     run (every flow a reliable QP whose feedback is nic_reqs slot = its index in the file).
-    pfc: honour the switches' pauses (the burst credit is then one packet)."""
+    pfc: honour the switches' pauses (the burst credit is then one packet). first_slot: the
+    nic_reqs slot of the file's first flow (the rest follow), for a run split over engines."""
     keys = list(ports)
     unknown = set(flows) - set(keys)
     if unknown:
@@ -187,7 +189,7 @@ def write_schedule(path: str | os.PathLike, ports: Mapping[str, tuple[str | None
                                    ipaddress.IPv4Address(f.dst_ip).packed, f.src_port,
                                    KINDS[f.opcode], f.dscp, ecn, f.dst_qp, f.src_qp,
                                    psn0 & roce.PSN_MASK, f.mtu, float(f.rate_bps),
-                                   len(f.messages), nflows))
+                                   len(f.messages), first_slot + nflows))
             body += [_MSG.pack(m.msg_id, m.size, m.start_ns) for m in f.messages]
             nflows += 1
             packets += f.total_packets

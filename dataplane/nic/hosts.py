@@ -1,7 +1,8 @@
 """A run's hosts as the kernel NIC.
 
-Send side: one native engine (dataplane.nic.engine) sends every flow of every sending
-host from a schedule Python writes, paced in real-fabric time through the lab's scale.
+Send side: native engines (dataplane.nic.engine), one per CPU, send every flow of every
+sending host from schedules Python writes, paced in real-fabric time through the lab's
+scale; each engine has its own share of the host ports (dataplane.nic.shards).
 
 Receive side: one responder object (one
 program, one set of maps) attached to every port of every receiving host.
@@ -28,7 +29,7 @@ import time
 from pathlib import Path
 
 from dataplane.closing import Closing
-from dataplane.nic import report
+from dataplane.nic import report, shards
 from dataplane import timescale
 from dataplane.nic.engine import (EngineError, PausePlan, Reliable, SendEngine, engine_binary, port_reports,
                                   write_schedule)
@@ -95,8 +96,9 @@ def reliable_plan(cfg: TransportConfig, line_bps: dict[str, float], scale: float
 
 
 class KernelSenders(Closing):
-    """Every sending host's flows in one engine process (module doc). `sends`: (host, its
-    port, Flow) per flow. Use as a context manager: leaving it ends the engine."""
+    """Every sending host's flows in engine processes, one per CPU, each for its own
+    ports (module doc; dataplane.nic.shards says why). `sends`: (host, its port, Flow)
+    per flow. Use as a context manager: leaving it ends the engines."""
 
     def __init__(self, spec: LabSpec, sends: list, duration_s: float | None, *,
                  closed: tuple[TransportConfig, float | None, float, float] | None = None,
@@ -112,9 +114,13 @@ class KernelSenders(Closing):
             key = f"{host}:{port}"
             ports[key] = (by_name[host].netns, port)
             flows.setdefault(key, []).append((flow, iface.mac, iface.peer_mac))
+        groups = shards.partition({k: sum(f.total_packets for f, *_ in flows[k]) for k in ports},
+                                  shards.shard_count(len(ports)))
+        # the feedback slots run through the shards in turn: group by group
+        ports = {k: ports[k] for g in groups for k in g}
+        self.engines: list[tuple[SendEngine, list[str]]] = []
         self._folder = tempfile.TemporaryDirectory(prefix="railab-schedule-")
         try:
-            path = Path(self._folder.name) / "schedule"
             reliable = None
             if closed is not None:
                 cfg, scale, limit_s, sample_s = closed
@@ -122,7 +128,7 @@ class KernelSenders(Closing):
                         for h, p, _ in sends}
                 reliable = reliable_plan(cfg, line, scale, limit_s=limit_s, sample_s=sample_s,
                                          pfc=pause_plan is not None)
-                # the engine's slot for a flow is its place in the schedule: ports in order
+                # the engine's slot for a flow is its place in the schedules: ports in order
                 for slot, (flow, _, _) in enumerate(item for key in ports for item in flows[key]):
                     nic.add_requester(flow.src_ip, flow.src_qp, slot)
             pfc = None
@@ -136,28 +142,40 @@ class KernelSenders(Closing):
                         1, iface.speed_bps, pause_plan.get("scale")) * 1e9)
                     slots[key] = slot
                 pfc = PausePlan.from_host_plan(pause_plan, slots)
-            write_schedule(path, ports, flows, duration_s=duration_s, reliable=reliable, pfc=pfc)
-            self.port_keys = list(ports)
-            self.engine = SendEngine(
-                path, feedback=(nic.requesters_fd, nic.max_reqs) if closed is not None else None,
-                pauses=(nic.pauses_fd, nic.max_pauses) if pfc is not None else None)
+            first_slot = 0
+            for n, group in enumerate(groups):
+                path = Path(self._folder.name) / f"schedule{n}"
+                write_schedule(path, {k: ports[k] for k in group}, {k: flows[k] for k in group},
+                               duration_s=duration_s, reliable=reliable, pfc=pfc, first_slot=first_slot)
+                first_slot += sum(len(flows[k]) for k in group)
+                self.engines.append((SendEngine(
+                    path, feedback=(nic.requesters_fd, nic.max_reqs) if closed is not None else None,
+                    pauses=(nic.pauses_fd, nic.max_pauses) if pfc is not None else None), group))
         except BaseException:
-            self._folder.cleanup()
+            self.close()
             raise
 
     def go(self, start_ns: int) -> None:
-        self.engine.go(start_ns)
+        for engine, _ in self.engines:
+            engine.go(start_ns)
 
     def finish(self, timeout_s: float) -> dict:
-        """The engine's report, shaped as hostrun send's (per_flow_packets keyed by the
-        flow id as a string), with its lateness and its own figures."""
-        rep = self.engine.result(timeout=timeout_s)
+        """The engines' report as one, shaped as hostrun send's (per_flow_packets keyed by
+        the flow id as a string), with its lateness and the engines' own figures."""
+        deadline = time.monotonic() + timeout_s
+        reps, host_pfc = [], {}
+        for engine, keys in self.engines:
+            rep = engine.result(timeout=max(1.0, deadline - time.monotonic()))
+            host_pfc.update(port_reports(rep, keys))
+            reps.append(rep)
+        rep = shards.merge_reports(reps)
         return {**rep, "per_flow_packets": {str(k): v for k, v in rep["per_flow_packets"].items()},
-                "host_pfc": port_reports(rep, self.port_keys)}
+                "host_pfc": host_pfc}
 
     def close(self) -> None:
         try:
-            self.engine.close()
+            for engine, _ in self.engines:
+                engine.close()
         finally:
             self._folder.cleanup()
 
