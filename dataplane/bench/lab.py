@@ -33,6 +33,8 @@ def _one(exp, lab_name: str) -> dict:
     delivered = sum(f["packets"] for f in run["flows"])
     lost = sum(f["lost"] for f in run["flows"])
     return {"hosts": run["hosts"]["receive"], "send": run["hosts"]["send"], "why": run["hosts"]["why"],
+            # send engines (one per CPU, dataplane.nic.shards); None: Python senders
+            "engines": run["hosts"].get("engine", {}).get("shards"),
             "sent_packets": sent, "delivered_packets": delivered,
             "loss_pct": 100.0 * lost / sent if sent else 0.0,
             "sending_wall_s": run["wall_s"], "run_wall_s": total_s,

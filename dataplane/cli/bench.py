@@ -325,7 +325,8 @@ def run_lab(args) -> int:
                 "run (wall)"):
         table.add_column(col, justify="left" if col in ("receive", "send") else "right", no_wrap=True)
     for r in result["rows"]:
-        table.add_row(r["hosts"], r["send"], f"{r['sent_packets']:,}", f"{r['delivered_packets']:,}",
+        send = f"{r['send']} x{r['engines']}" if r.get("engines") else r["send"]
+        table.add_row(r["hosts"], send, f"{r['sent_packets']:,}", f"{r['delivered_packets']:,}",
                       f"{r['loss_pct']:.2f} %", f"{r['sending_wall_s']:.2f} s", f"{r['delivered_pps']:,.0f}",
                       f"{r['run_wall_s']:.1f} s")
     output_console().print(table)

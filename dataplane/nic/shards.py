@@ -19,8 +19,12 @@ from typing import Mapping, Sequence
 SHARDS_ENV = "RAILAB_ENGINES"
 
 
-def shard_count(n_ports: int) -> int:
-    """How many engines: one per CPU this process may run on, no more than ports."""
+def shard_count(n_ports: int, *, closed_loop: bool = False) -> int:
+    """How many engines: one per CPU this process may run on, no more than ports. A
+    closed-loop engine looks at the NIC's feedback every few microseconds even when it has
+    nothing to send, so closed-loop runs leave one CPU to everything else: with a
+    closed-loop engine on each of 2 CPUs the agent's PFC poll ran late (headroom drops,
+    DCQCN's test failed) and a link cut's failover with it."""
     wanted = os.environ.get(SHARDS_ENV)
     if wanted:
         try:
@@ -30,7 +34,7 @@ def shard_count(n_ports: int) -> int:
         if n < 1:
             raise ValueError(f"{SHARDS_ENV}={wanted!r}: a whole number >= 1")
     else:
-        n = len(os.sched_getaffinity(0))
+        n = len(os.sched_getaffinity(0)) - (1 if closed_loop else 0)
     return max(1, min(n, n_ports))
 
 

@@ -46,6 +46,10 @@ def test_the_shard_count_follows_the_cpus_and_the_ports(monkeypatch):
     monkeypatch.delenv(shards.SHARDS_ENV, raising=False)
     monkeypatch.setattr(shards.os, "sched_getaffinity", lambda pid: {0, 1, 2, 3})
     assert shards.shard_count(16) == 4 and shards.shard_count(3) == 3 and shards.shard_count(1) == 1
+    # closed loop: one CPU is left to the agent and the rest
+    assert shards.shard_count(16, closed_loop=True) == 3 and shards.shard_count(2, closed_loop=True) == 2
+    monkeypatch.setattr(shards.os, "sched_getaffinity", lambda pid: {0, 1})
+    assert shards.shard_count(16, closed_loop=True) == 1 and shards.shard_count(16) == 2
     monkeypatch.setenv(shards.SHARDS_ENV, "1")
     assert shards.shard_count(16) == 1
     for bad in ("0", "two"):
