@@ -115,7 +115,8 @@ class KernelSenders(Closing):
             ports[key] = (by_name[host].netns, port)
             flows.setdefault(key, []).append((flow, iface.mac, iface.peer_mac))
         groups = shards.partition({k: sum(f.total_packets for f, *_ in flows[k]) for k in ports},
-                                  shards.shard_count(len(ports), closed_loop=closed is not None))
+                                  shards.shard_count(len(ports), closed_loop=closed is not None,
+                                                     pps=shards.offered_pps([f for _, _, f in sends], duration_s)))
         # the feedback slots run through the shards in turn: group by group
         ports = {k: ports[k] for g in groups for k in g}
         self.engines: list[tuple[SendEngine, list[str]]] = []

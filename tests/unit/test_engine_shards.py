@@ -58,6 +58,20 @@ def test_the_shard_count_follows_the_cpus_and_the_ports(monkeypatch):
             shards.shard_count(16)
 
 
+def test_engines_follow_the_offered_rate(monkeypatch):
+    monkeypatch.delenv(shards.SHARDS_ENV, raising=False)
+    monkeypatch.setattr(shards.os, "sched_getaffinity", lambda pid: set(range(8)))
+    assert shards.shard_count(16, pps=1_000) == 1
+    assert shards.shard_count(16, pps=shards.ENGINE_PPS * 2.5) == 3
+    assert shards.shard_count(16, pps=1e9) == 8 == shards.shard_count(16)
+    # 1,000 frames a second each: 500 of them take 0.5 s
+    flows = [_flow(i, rate_bps=8 * roce.frame_len(1024) * 1000, messages=500) for i in range(3)]
+    assert shards.offered_pps(flows, None) == pytest.approx(3 * 1000)
+    assert shards.offered_pps(flows, 0.25) == pytest.approx(3 * 500 / 0.25)
+    assert shards.offered_pps([_flow(0, rate_bps=0)], None) == float("inf")
+    assert shards.offered_pps([], 1.0) == 0.0
+
+
 def test_merged_reports_add_counts_and_keep_the_worst_lateness():
     a = _report(300, {1: 100, 2: 200}, 40_000, transport={"1": {"acks": 3}})
     b = _report(50, {3: 50}, 90_000, transport={"3": {"acks": 1}}, stopped=True)
@@ -78,11 +92,16 @@ def test_a_single_report_passes_through_and_per_shard_port_indexes_are_not_merge
     assert "pfc" not in shards.merge_reports([one, _report(5, {2: 5}, 1_000, pfc={"0": {}})])
 
 
+def _flow(i, *, rate_bps=1e6, messages=1):
+    """Flow i: `messages` one-frame messages of 1,024 bytes, all due at the start."""
+    return Flow(flow_id=i, cls="mice", src_host="a", src_ifname="eth0", src_ip="10.0.0.1", dst_host="b",
+                dst_ifname="eth0", dst_ip="10.0.1.1", src_port=49152 + i, dst_port=roce.ROCE_PORT,
+                src_qp=32 + i, dst_qp=16 + i, opcode="send", dscp=26, rate_bps=rate_bps, mtu=1024,
+                messages=tuple(Message(msg_id=m, size=1024, start_ns=0) for m in range(messages)))
+
+
 def test_a_shards_schedule_numbers_its_feedback_slots_from_its_first(tmp_path):
-    flows = [Flow(flow_id=i, cls="mice", src_host="a", src_ifname="eth0", src_ip="10.0.0.1", dst_host="b",
-                  dst_ifname="eth0", dst_ip="10.0.1.1", src_port=49152 + i, dst_port=roce.ROCE_PORT,
-                  src_qp=32 + i, dst_qp=16 + i, opcode="send", dscp=26, rate_bps=1e6, mtu=1024,
-                  messages=(Message(msg_id=i, size=2048, start_ns=0),)) for i in range(3)]
+    flows = [_flow(i) for i in range(3)]
     path = tmp_path / "schedule"
     engine.write_schedule(path, {"h1:eth0": ("", "eth0")},
                           {"h1:eth0": [(f, "02:00:00:00:00:01", "02:00:00:00:00:02") for f in flows]},
