@@ -1,5 +1,6 @@
 """The native send engine (native/engine/engine.c): the send side of the kernel NIC for
-open-loop workloads, one process sending for every host port of a run.
+open-loop workloads, one process sending for the host ports its schedule names (a run
+splits its ports over one engine per CPU it can keep busy: dataplane.nic.shards).
 
 Python writes a schedule file (`write_schedule`), starts the engine (`SendEngine`), which
 opens one AF_PACKET socket per port in that port's namespace and says ``ready``, then

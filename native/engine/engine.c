@@ -1,6 +1,7 @@
 /* railab send engine: the send side of the kernel NIC for open-loop workloads.
  *
- * One process sends for every host port of a run. It reads a binary schedule written by
+ * One process sends for the host ports its schedule names (a run has one per CPU it can
+ * keep busy: dataplane/nic/shards.py). It reads a binary schedule written by
  * dataplane/nic/engine.py (format below), opens one AF_PACKET socket per port inside the
  * port's network namespace, builds every RoCEv2 frame itself (byte for byte what
  * dataplane.traffic.sender.FlowFramer / roce.FrameTemplate.fill make) and paces every
