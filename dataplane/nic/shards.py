@@ -11,7 +11,8 @@ by port: every flow stays whole in one engine.
 A second engine only pays when one CPU cannot carry the run: it spins a CPU of its own,
 and frames from two CPUs meet in the switches' queues in an order the wall clock's jitter
 picks (a gapless sprayed run at 20 Mb/s reordered 1.08 % with two engines, over the 1 % its
-test allows and no earlier run with one engine reached). So a run gets an engine for every ENGINE_PPS frames a wall second it offers.
+test allows and no earlier run with one engine reached). So a run gets an engine for every
+ENGINE_PPS frames a wall second it offers.
 
 `partition` assigns ports to shards; `merge_reports` makes one engine report of theirs.
 """
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import math
 import os
+from collections import Counter
 from typing import Mapping, Sequence
 
 # RAILAB_ENGINES=N sets the shard count (1: one engine, as before), for comparisons.
@@ -46,9 +48,9 @@ def offered_pps(flows: Sequence, duration_s: float | None) -> float:
 
 def shard_count(n_ports: int, *, closed_loop: bool = False, pps: float = math.inf) -> int:
     """How many engines: one per ENGINE_PPS of the offered `pps`, no more than the CPUs
-    this process may run on or the ports. A
-    closed-loop engine looks at the NIC's feedback every few microseconds even when it has
-    nothing to send, so closed-loop runs leave one CPU to everything else: with a
+    this process may run on or the ports. A closed-loop engine looks at the NIC's feedback
+    every few microseconds even when it has nothing to send, so closed-loop runs leave one
+    CPU to everything else: with a
     closed-loop engine on each of 2 CPUs the agent's PFC poll ran late (headroom drops,
     DCQCN's test failed) and a link cut's failover with it."""
     wanted = os.environ.get(SHARDS_ENV)
@@ -80,11 +82,6 @@ def partition(load: Mapping[str, int], shards: int) -> list[list[str]]:
     return [sorted(g, key=order.__getitem__) for g in groups if g]
 
 
-def _add_counts(into: dict, more: Mapping) -> None:
-    for k, v in more.items():
-        into[k] = into.get(k, 0) + v
-
-
 def merge_reports(reports: Sequence[dict]) -> dict:
     """One report from the shards' (SendEngine.result): counts add up; elapsed is the
     longest; lateness percentiles are the largest shard's, an upper bound on the pooled
@@ -92,26 +89,28 @@ def merge_reports(reports: Sequence[dict]) -> dict:
     transport entries are each flow's own shard's."""
     if len(reports) == 1:
         return {**reports[0], "engine": {**reports[0]["engine"], "shards": 1}}
-    per_flow: dict = {}
+    per_flow: Counter = Counter()
     transport: dict = {}
     for rep in reports:
-        _add_counts(per_flow, rep["per_flow_packets"])
+        per_flow.update(rep["per_flow_packets"])
         transport.update(rep.get("transport") or {})
     late = [rep["lateness_ns"] for rep in reports]
     lateness = {"count": sum(x["count"] for x in late),
                 **{q: max(x[q] for x in late) for q in ("p50", "p90", "p99", "max")}}
     engines = [rep["engine"] for rep in reports]
     engine = dict(engines[0])
-    for k in ("ports", "sockets", "flows", "batches", "syscalls", "retries", "sleeps", "breathers", "unsent_flows"):
+    for k in ("ports", "sockets", "flows", "batches", "syscalls", "retries", "sleeps", "breathers",
+              "unsent_flows"):
         engine[k] = sum(e[k] for e in engines)
-    for k in ("stopped", "cut_by_duration", "fifo"):
-        engine[k] = any(e[k] for e in engines) if k != "fifo" else all(e[k] for e in engines)
+    for k in ("stopped", "cut_by_duration"):
+        engine[k] = any(e[k] for e in engines)
+    engine["fifo"] = all(e["fifo"] for e in engines)
     engine["last_errno"] = next((e["last_errno"] for e in engines if e["last_errno"]), 0)
     engine["start_ns"] = min(e["start_ns"] for e in engines)
     engine["shards"] = len(reports)
     merged = {**reports[0], "packets": sum(r["packets"] for r in reports),
               "bytes": sum(r["bytes"] for r in reports), "errors": sum(r["errors"] for r in reports),
-              "elapsed_s": max(r["elapsed_s"] for r in reports), "per_flow_packets": per_flow,
+              "elapsed_s": max(r["elapsed_s"] for r in reports), "per_flow_packets": dict(per_flow),
               "lateness_ns": lateness, "engine": engine}
     if any("transport" in r for r in reports):
         merged["transport"] = transport
