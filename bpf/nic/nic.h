@@ -38,6 +38,9 @@ struct nic_cfg {
     __u64 bin_origin_ns;     /* CLOCK_MONOTONIC; 0: no bins */
     __u64 bin_ns;
     __u64 nak_delay_ns;      /* wall ns: selective repeat NAKs a hole open this long */
+    /* CLOCK_MONOTONIC (0: off): a data frame sent before it is an earlier run's, held in a
+     * paused queue; booked, it would become its QP's position 0 and the run's frames lost */
+    __u64 not_before_ns;
 };
 
 #ifndef NIC_RX_BINS
@@ -80,7 +83,8 @@ struct nic_msg_event {
 #define NIC_C_FB_UNKNOWN 17   /* ACK, NAK or CNP for a QP that is not ours: passed */
 #define NIC_C_PAUSE      18   /* PFC frame from a registered switch port: booked in nic_pauses, dropped */
 #define NIC_C_PAUSE_UNKNOWN 19 /* PFC frame from a MAC not in nic_pause_ports: passed */
-#define NIC_C_MAX        20
+#define NIC_C_STALE      20   /* a data frame stamped before not_before_ns: not booked */
+#define NIC_C_MAX        21
 
 #define NIC_REORDER_SLOTS 32   /* reorder_hist[min(distance, 31)] */
 #define NIC_LOG_SLOTS    128   /* lat_hist / msg_hist: see nic_log_slot() */

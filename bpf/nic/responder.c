@@ -295,6 +295,15 @@ int xdp_nic_responder(struct xdp_md *ctx)
         nic_count(why);
         return nic_pass();
     }
+    if (rx.ts_ns && rx.ts_ns < cfg->not_before_ns) {
+        /* an earlier run's frame (nic.h, not_before_ns) */
+        nic_count(NIC_C_STALE);
+        if (cfg->flags & NIC_F_CONSUME) {
+            nic_count(NIC_C_DROP);
+            return XDP_DROP;
+        }
+        return nic_pass();
+    }
     respond = cfg->mode == NIC_MODE_RESPOND;
     open_loop = cfg->flags & NIC_F_OPEN_LOOP;
     selective = !open_loop && (cfg->flags & NIC_F_SELECTIVE);

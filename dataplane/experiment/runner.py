@@ -468,6 +468,8 @@ def run_once(spec: LabSpec, experiment: Experiment, flows: list[wl.Flow], label:
         "host_pfc": host_pfc,
         # frames the receivers' sockets overflowed on: in `lost`, but not the fabric's doing
         "receiver_drops": receiver_drops,
+        # data frames an earlier run sent (held in a paused queue): not booked to any flow
+        "stale_frames": sum(int(a.get("stale_frames", 0)) for a in received),
         # delivered throughput from the frames' receive stamps (dataplane.experiment.timeline)
         "timeline": timeline.delivered_timeline(bins, bin_ns, int(started * 1e9), experiment.sample_s,
                                                 end_s=time_end_s),

@@ -207,9 +207,12 @@ class KernelReceivers(Closing):
         self._stop = threading.Event()
         self._reader: threading.Thread | None = None
         self.origin_ns = 0
+        # every frame of this run is sent after now: what comes stamped earlier waited in a
+        # paused queue through the run before, and is not this run's
+        self.not_before_ns = time.monotonic_ns()
         try:
             self.nic.configure(mode="respond", consume=True, cnp_interval_us=cnp_interval_us,
-                               scale=scale, **self._answer)
+                               scale=scale, not_before_ns=self.not_before_ns, **self._answer)
             for netns, ifname in attach:
                 self.nic.attach(netns, ifname, mode=spec.dataplane)
         except BaseException:
@@ -222,7 +225,7 @@ class KernelReceivers(Closing):
         self.origin_ns = at_ns - at_ns % RX_BIN_NS
         self.nic.configure(mode="respond", consume=True, scale=self.scale,
                            cnp_interval_us=self.cnp_interval_us, bin_origin_ns=self.origin_ns,
-                           bin_ns=RX_BIN_NS, **self._answer)
+                           bin_ns=RX_BIN_NS, not_before_ns=self.not_before_ns, **self._answer)
         self._reader = threading.Thread(target=self._read_events, name="nic-events", daemon=True)
         self._reader.start()
 
@@ -258,7 +261,7 @@ class KernelReceivers(Closing):
         keys = ("packets", "bytes", "lost", "duplicates", "out_of_order", "ce")
         counters = self.nic.counters()
         return {"flows": flows, "totals": {k: sum(f[k] for f in flows.values()) for k in keys},
-                "socket_drops": 0, "rx_bin_ns": RX_BIN_NS,
+                "socket_drops": 0, "stale_frames": counters["stale"], "rx_bin_ns": RX_BIN_NS,
                 "rx_bins": {str(first + b): n for b, n in bins.items()},
                 "nic": {k: counters[k] for k in ("data", "acks", "cnps", "qp_full", "event_lost",
                                                   "bin_out", "tx_fail")}}

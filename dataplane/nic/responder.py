@@ -36,8 +36,8 @@ MODES = {"off": 0, "count": 1, "respond": 2}
 F_CONSUME, F_OPEN_LOOP, F_SELECTIVE = 1, 2, 4
 COUNTERS = ("rx", "not_roce", "not_data", "no_railab", "data", "qp_full", "acks", "naks",
             "cnps", "cnp_deferred", "pass", "drop", "tx_fail", "no_table", "event_lost",
-            "bin_out", "feedback", "feedback_unknown", "pause", "pause_unknown")
-C_MAX = 20
+            "bin_out", "feedback", "feedback_unknown", "pause", "pause_unknown", "stale")
+C_MAX = 21
 SEEN_BITS = 128
 MAX_REQS = 1024
 NAK_RING = 16
@@ -63,7 +63,7 @@ class NicCfg(ct.Structure):
                 ("reply_sport", ct.c_uint16), ("ack_dscp", ct.c_uint8), ("cnp_dscp", ct.c_uint8),
                 ("ack_delay_ns", ct.c_uint64), ("cnp_interval_ns", ct.c_uint64),
                 ("bin_origin_ns", ct.c_uint64), ("bin_ns", ct.c_uint64),
-                ("nak_delay_ns", ct.c_uint64)]
+                ("nak_delay_ns", ct.c_uint64), ("not_before_ns", ct.c_uint64)]
 
 
 class NicReq(ct.Structure):
@@ -263,7 +263,7 @@ class NicResponder(Closing):
                   open_loop: bool = False, reply_sport: int = ROCE_PORT, ack_dscp: int = ACK_DSCP,
                   cnp_dscp: int = CNP_DSCP, bin_origin_ns: int = 0,
                   bin_ns: int = 1_000_000, selective: bool = False,
-                  nak_delay_us: float = 0.0) -> NicCfg:
+                  nak_delay_us: float = 0.0, not_before_ns: int = 0) -> NicCfg:
         """Write the whole configuration. Times are real-fabric microseconds at the lab's
         `scale` (None: wall time). mode: off (everything passes untouched), count
         (accounting only, everything passes), respond (accounting + ACK/NAK/CNP).
@@ -272,7 +272,8 @@ class NicResponder(Closing):
         hole open nak_delay_us gets its own NAK). consume: drop the data frames after
         booking them.
         bin_origin_ns: CLOCK_MONOTONIC start of the delivered-bytes bins (0: none), each
-        bin_ns wall ns long."""
+        bin_ns wall ns long. not_before_ns: CLOCK_MONOTONIC; data frames sent before it are an
+        earlier run's: counted as `stale`, never booked (0: none are)."""
         if mode not in MODES:
             raise ValueError(f"mode must be one of {', '.join(MODES)}")
         if not 0 <= ack_every < 2**32:
@@ -281,14 +282,14 @@ class NicResponder(Closing):
             raise ValueError("a DSCP is 0..63")
         if not 0 < reply_sport < 65536:
             raise ValueError("reply_sport must be 1..65535")
-        if min(ack_delay_us, cnp_interval_us, nak_delay_us, bin_origin_ns) < 0 or bin_ns <= 0:
+        if min(ack_delay_us, cnp_interval_us, nak_delay_us, bin_origin_ns, not_before_ns) < 0 or bin_ns <= 0:
             raise ValueError("times must be >= 0 (bin_ns > 0)")
         if selective and open_loop:
             raise ValueError("an open-loop responder does not repeat selectively")
         flags = (F_CONSUME if consume else 0) | (F_OPEN_LOOP if open_loop else 0) | \
             (F_SELECTIVE if selective else 0)
         cfg = NicCfg(mode=MODES[mode], flags=flags, ack_every=ack_every,
-                     bin_origin_ns=bin_origin_ns, bin_ns=bin_ns,
+                     bin_origin_ns=bin_origin_ns, bin_ns=bin_ns, not_before_ns=not_before_ns,
                      reply_sport=reply_sport, ack_dscp=ack_dscp, cnp_dscp=cnp_dscp,
                      ack_delay_ns=timescale.wall_ns(ack_delay_us * 1000, scale),
                      cnp_interval_ns=timescale.wall_ns(cnp_interval_us * 1000, scale),

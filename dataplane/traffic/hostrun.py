@@ -15,6 +15,7 @@ import argparse
 import json
 import sys
 import threading
+import time
 from dataclasses import asdict
 
 from dataplane.wire import pfc
@@ -171,7 +172,8 @@ def run_send(args) -> int:
 
 
 def run_recv(args) -> int:
-    receiver = _LockedReceiver(rx.Receiver(line_bps=args.line_bps))
+    # this run's frames are sent after the "ready" below
+    receiver = _LockedReceiver(rx.Receiver(line_bps=args.line_bps, not_before_ns=time.monotonic_ns()))
     cfg = TransportConfig.from_dict(json.loads(args.transport)) if args.transport else None
     responder = _LockedResponder(rx.Responder(cnp_interval_ns=args.cnp_interval_ns,
                                               transport=cfg, scale=args.scale))
@@ -203,6 +205,7 @@ def run_recv(args) -> int:
         out[str(fid)] = entry
     drops = sum(rx.socket_drops(s) for s in sockets)
     json.dump({"flows": out, "totals": receiver.inner.totals(), "socket_drops": drops,
+               "stale_frames": receiver.inner.stale,
                "rx_bin_ns": rx.RX_BIN_NS,
                "rx_bins": {str(b): round(n) for b, n in sorted(receiver.inner.rx_bins.items())}}, sys.stdout)
     print(flush=True)

@@ -162,10 +162,14 @@ class FlowStats:
 class Receiver:
     """Per-flow accounting. Feed parsed packets with their receive timestamps:
     ``rx.add(roce.parse(frame), rx_ns)``; then ``rx.finish(sent)`` and read ``rx.flows``.
-    Non-railab RoCE packets (ACK, CNP, foreign data) are counted by dest QP only."""
+    Non-railab RoCE packets (ACK, CNP, foreign data) are counted by dest QP only.
+    Data sent before `not_before_ns` (CLOCK_MONOTONIC) is an earlier run's, released from a
+    paused queue: counted as `stale` only (booked, it would shift its flow's positions)."""
 
-    def __init__(self, line_bps: float | None = None) -> None:
+    def __init__(self, line_bps: float | None = None, not_before_ns: int = 0) -> None:
         self.line_bps = line_bps
+        self.not_before_ns = not_before_ns
+        self.stale = 0
         self.flows: dict[int, FlowStats] = {}
         self.acks_by_qp: dict[int, int] = {}
         self.cnps_by_qp: dict[int, int] = {}
@@ -185,6 +189,9 @@ class Receiver:
         h = pkt.hdr
         if h is None:
             self.other += 1
+            return None
+        if 0 < h.ts_ns < self.not_before_ns:
+            self.stale += 1
             return None
         st = self.flows.get(h.flow_id)
         if st is None:
@@ -380,7 +387,8 @@ def capture(sock: socket.socket, duration_s: float, receiver: Receiver,
             stop: Callable[[], bool] | None = None, kernel_ts: bool = True) -> Receiver:
     """Receive on `sock` for `duration_s` seconds (or until stop()), then drain what is
     already queued in the socket; feed `receiver`
-    and send the responder's frames back out of the same socket. Frames the socket
+    and send the responder's frames back out of the same socket (for the data frames it
+    booked: not for a stale one). Frames the socket
     itself sent (PACKET_OUTGOING) are skipped. Bad-ICRC frames count as `other`.
 
     With `kernel_ts` the receive time is the kernel's software receive stamp
@@ -424,8 +432,7 @@ def capture(sock: socket.socket, duration_s: float, receiver: Receiver,
         if pkt is not None and verify_icrc and not pkt.icrc_ok:
             receiver.other += 1
             continue
-        receiver.add(pkt, rx_ns)
-        if responder is not None:
+        if receiver.add(pkt, rx_ns) is not None and responder is not None:
             for f in responder.respond(pkt, rx_ns):
                 sock.send(f)
     sock.settimeout(None)

@@ -381,6 +381,24 @@ def test_consume_drops_booked_frames_it_did_not_answer(fresh):
     assert fresh.counters()["drop"] == 1
 
 
+@pytest.mark.parametrize("consume,verdict", [(True, "drop"), (False, "pass")])
+def test_frames_sent_before_the_run_are_stale_and_never_booked(fresh, consume, verdict):
+    """An earlier run's frame, released from a paused queue after this run began, must not
+    become its QP's position 0: the run's own frames then book as they would alone."""
+    start = time.monotonic_ns()
+    fresh.configure(mode="respond", consume=consume, cnp_interval_us=FAR, not_before_ns=start)
+    qp = Qp()
+    old = qp.frame(900, ackreq=True, ts_ns=start - 1_000_000)
+    assert run(fresh, old).verdict == verdict
+    assert fresh.qp(NIC_IP, qp.dqpn) is None
+    for seq in range(3):
+        run(fresh, qp.frame(seq, ts_ns=start + seq))
+    st = stats(fresh, qp)
+    assert (st["packets"], st["holes"], st["epsn"]) == (3, 0, PSN0 + 3)
+    c = fresh.counters()
+    assert (c["stale"], c["data"], c["acks"]) == (1, 3, 0)
+
+
 def test_non_roce_and_non_data_frames_pass_untouched(fresh):
     others = [
         bytes(frames.udp(NIC_IP, smac=REQ_MAC, dmac=NIC_MAC, dport=53)),
@@ -411,10 +429,12 @@ def test_verifier_budget(nic):
     # the kernel's limit is 1M processed instructions; 17.6 k when written, 50.8 k with the
     # loss windows' branch-free slide (its body walked once per position of the 128-PSN
     # window per path into it), 179 k with selective repeat's new-holes loop as well, 181 k
-    # with PFC frames (their eight priorities unrolled). A slot computed
-    # far from its use once made it 330 k, and an early return from an inlined loop over
-    # 8 holes over 1 M: a regression shows here
-    assert 0 < nic.verified_insns() < 250_000
+    # with PFC frames (their eight priorities unrolled), 257 k with the stale-frame check:
+    # any early return before the body costs some 75 k, whatever it tests (one on a
+    # constant msg_bytes did too; branch-free or inside the parser: no cheaper). A slot
+    # computed far from its use once made it 330 k, and an early return from an inlined
+    # loop over 8 holes over 1 M: a regression shows here
+    assert 0 < nic.verified_insns() < 300_000
 
 
 # ---------------------------------------------------------------- a real veth pair
@@ -497,7 +517,7 @@ def test_python_mirrors_match_nic_h_and_the_loaded_maps(nic):
                                                      "qp_full", "ack", "nak", "cnp", "cnp_defer", "pass",
                                                      "drop", "tx_fail", "no_table", "event_lost",
                                                      "bin_out", "feedback", "fb_unknown", "pause",
-                                                     "pause_unknown")] == \
+                                                     "pause_unknown", "stale")] == \
         list(range(len(nicmod.COUNTERS)))
     assert (defines["NIC_C_MAX"], defines["NIC_REORDER_SLOTS"], defines["NIC_LOG_SLOTS"],
             defines["NIC_MSG_SLOTS"], defines["NIC_F_CONSUME"], defines["NIC_F_OPEN_LOOP"],

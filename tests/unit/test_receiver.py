@@ -50,6 +50,17 @@ def test_in_order_no_loss():
     assert st.reorder_hist == {}
 
 
+def test_frames_sent_before_the_run_are_stale_and_never_booked():
+    """An earlier run's frame (stamped before not_before_ns) arriving first must not set
+    the flow's position 0: the run's frames book as they would alone."""
+    rx, f = Receiver(not_before_ns=5_000), Flow()
+    assert rx.add(f.pkt(900, ts_ns=4_999), 10_000) is None
+    feed(rx, f, range(10), ts_ns=5_000)
+    st = rx.finish({1: 10})[1]
+    assert (rx.stale, st.packets, st.lost, st.out_of_order) == (1, 10, 0, 0)
+    assert st.timing.get("note") is None
+
+
 def test_exact_loss():
     rx, f = Receiver(), Flow()
     lost = {0, 5, 6, 7, 50, 98}
