@@ -20,7 +20,7 @@ from dataplane.experiment.spec import Experiment, ExperimentError, ModeSpec
 from dataplane.kernel.netns import load_iproute
 from dataplane.lab import faults
 from dataplane.lab.fabric import Fabric
-from dataplane.report import metrics, table
+from dataplane.report import metrics, sweep, table
 from dataplane.runtime import labspec, lifecycle, state
 from dataplane.topology import clab
 from dataplane.traffic import workload as wl
@@ -170,9 +170,6 @@ def check_output(folder: Path) -> None:
 
 
 def write(results: dict, exp: Experiment) -> Path:
-    # plots and sweep import matplotlib (about a second): deferred to when results are written
-    from dataplane.report import plots, sweep
-
     folder = exp.output / f"{exp.name}-{time.strftime('%Y%m%d-%H%M%S')}"
     folder.mkdir(parents=True, exist_ok=True)
     view = report_view(results)
@@ -181,7 +178,12 @@ def write(results: dict, exp: Experiment) -> Path:
         text += "\n" + sweep.render_sweep_text(view)
     (folder / "table.txt").write_text(text)
     # the figures cost seconds a run (matplotlib's layout): a scripted batch may go without
-    results["plots"] = [str(p) for p in plots.write_plots(view, folder)] if exp.plots else []
+    results["plots"] = []
+    if exp.plots:
+        # matplotlib takes half a second to import: not for a batch without figures
+        from dataplane.report import plots
+
+        results["plots"] = [str(p) for p in plots.write_plots(view, folder)]
     (folder / "results.json").write_text(json.dumps(results, indent=1))    # once, complete
     return folder
 

@@ -34,7 +34,8 @@ IFLA_ADDRESS, IFLA_IFNAME, IFLA_LINKINFO, IFLA_NET_NS_FD, IFLA_XDP = 1, 3, 18, 2
 IFLA_NUM_TX_QUEUES, IFLA_NUM_RX_QUEUES = 31, 32
 IFLA_INFO_KIND, IFLA_INFO_DATA = 1, 2
 VETH_INFO_PEER = 1
-IFLA_XDP_FD, IFLA_XDP_FLAGS = 1, 3
+IFLA_XDP_FD, IFLA_XDP_FLAGS, IFLA_XDP_EXPECTED_FD = 1, 3, 8
+XDP_FLAGS_REPLACE = 1 << 4
 
 IFA_ADDRESS, IFA_LOCAL, IFA_FLAGS = 1, 2, 8
 IFA_F_NOPREFIXROUTE = 0x200
@@ -125,10 +126,14 @@ def link_up(index: int, label: str = "") -> Request:
                    label or f"link {index} up")
 
 
-def xdp(index: int, prog_fd: int, flags: int, label: str = "") -> Request:
-    """Attach prog_fd (-1: detach) to ifindex in the socket's namespace (key: the ifindex)."""
-    body = _ifinfo(index) + _nested(IFLA_XDP, struct.pack("=HHi", 8, IFLA_XDP_FD, prog_fd),
-                                    _u32(IFLA_XDP_FLAGS, flags))
+def xdp(index: int, prog_fd: int, flags: int, label: str = "", *, expected_fd: int | None = None) -> Request:
+    """Attach prog_fd (-1: detach) to ifindex in the socket's namespace (key: the ifindex).
+    expected_fd: only if that program is the one attached now (else EEXIST)."""
+    attrs = [struct.pack("=HHi", 8, IFLA_XDP_FD, prog_fd)]
+    if expected_fd is not None:
+        flags |= XDP_FLAGS_REPLACE
+        attrs.append(struct.pack("=HHi", 8, IFLA_XDP_EXPECTED_FD, expected_fd))
+    body = _ifinfo(index) + _nested(IFLA_XDP, *attrs, _u32(IFLA_XDP_FLAGS, flags))
     return Request(RTM_SETLINK, NLM_F_REQUEST | NLM_F_ACK, body, label or f"XDP on ifindex {index}", index)
 
 

@@ -345,6 +345,7 @@ class SendEngine:
                 argv += [flag, str(value)]
         self._stderr = tempfile.TemporaryFile()
         self._buf = b""
+        self._reported = False
         self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      stderr=self._stderr,
                                      pass_fds=tuple(x[0] for x in (feedback, pauses) if x))
@@ -408,10 +409,9 @@ class SendEngine:
         except json.JSONDecodeError:
             raise EngineError(f"send engine: not a report: {line[:200]!r}") from None
         rep["per_flow_packets"] = {int(k): v for k, v in rep["per_flow_packets"].items()}
-        try:
-            self.proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            pass
+        # not waiting for its exit here: closing its packet sockets takes the kernel an RCU
+        # grace period each (150 ms a run for 16 ports), which close() waits out later
+        self._reported = True
         return rep
 
     def stop(self) -> None:
@@ -420,6 +420,11 @@ class SendEngine:
             self.proc.send_signal(signal.SIGTERM)
 
     def close(self) -> None:
+        if self._reported:
+            try:     # it is exiting by itself
+                self.proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                pass
         if self.proc.poll() is None:
             self.proc.kill()
         self.proc.wait()

@@ -240,7 +240,7 @@ class NicResponder(Closing):
                        f"-DNIC_MAX_PAUSES={max_pauses}"]
         self._object = bpfcache.load(RESPONDER_C, self.cflags, {
             PROG_NAME: bpfcache.PROG_XDP, PASS_PROG_NAME: bpfcache.PROG_XDP})
-        self._attached: list[tuple[str | None, int, int]] = []    # (netns, ifindex, prog fd)
+        self._attached: list[tuple[str | None, int, int, str]] = []    # (netns, ifindex, prog fd, mode)
         self._events: RingBuffer | None = None
         self._closed = False
         try:
@@ -375,26 +375,27 @@ class NicResponder(Closing):
         ifindex = self.ifindex(netns, ifname)
         fd = self.pass_prog_fd if peer_pass else self.prog_fd
         used = bpfio.attach_xdp(netns, ifindex, fd, mode=mode)
-        self._attached.append((netns, ifindex, fd))
+        self._attached.append((netns, ifindex, fd, used))
         return used
 
     def detach(self, netns: str | None, ifname: str | int) -> None:
         """Detach our program from an interface (someone else's stays)."""
         ifindex = self.ifindex(netns, ifname)
-        for entry in [e for e in self._attached if e[:2] == (netns, ifindex)]:
-            self._attached.remove(entry)
-            _, prog_id = bpfio.attached_xdp(netns, ifindex)
-            if prog_id and prog_id == prog_id_of(entry[2]):
-                bpfio.detach_xdp(netns, ifindex)
+        self._detach([e for e in self._attached if e[:2] == (netns, ifindex)])
 
     def detach_all(self) -> None:
+        self._detach(list(self._attached))
+
+    def _detach(self, entries: list) -> None:
+        """One netlink batch per namespace; every entry is forgotten, the failures raised."""
         errors = []
-        for netns, ifindex, _fd in list(self._attached):
+        for netns in dict.fromkeys(e[0] for e in entries):
+            ports = {ifindex: (fd, mode) for ns, ifindex, fd, mode in entries if ns == netns}
             try:
-                self.detach(netns, ifindex)
+                bpfio.detach_own_xdp(netns, ports)
             except (OSError, DataplaneError) as e:
-                errors.append(f"{netns}/{ifindex}: {e}")
-                self._attached = [a for a in self._attached if a[:2] != (netns, ifindex)]
+                errors.append(f"{netns}: {e}")
+        self._attached = [e for e in self._attached if e not in entries]
         if errors:
             raise DataplaneError("detach failed: " + "; ".join(errors))
 

@@ -3,6 +3,8 @@ CNPs, FCT slowdown per message, QP rate fairness and the steady state's queues a
 frames (definitions in dataplane.report.metrics). None for open-loop runs."""
 from __future__ import annotations
 
+from collections import Counter
+
 import numpy as np
 
 from dataplane.report.stats import percentile
@@ -17,7 +19,10 @@ SLOWDOWN_EDGES = (1024, 4096, 16384, 65536, 262144)   # message size bucket edge
 
 def ideal_fct_ns(size: int, mtu: int, line_bps: float) -> float:
     """A message alone on an empty fabric: its frames' bits at the line rate (metrics' docstring)."""
-    bits = sum(roce.frame_len(p) for p in roce.segment_message(size, mtu)) * 8
+    # a message's packets have at most three lengths (full, shortened, last): one
+    # frame_len each, not one per packet (a run has a million packets)
+    chunks = Counter(roce.segment_message(size, mtu))
+    bits = sum(roce.frame_len(p) * n for p, n in chunks.items()) * 8
     return bits * 1e9 / line_bps
 
 

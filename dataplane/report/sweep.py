@@ -12,8 +12,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from matplotlib.figure import Figure
-
 from dataplane.report import idlemodel, rundata
 from dataplane.report import metrics as m
 from dataplane.units import fmt_bps, fmt_us
@@ -72,6 +70,9 @@ def plot_idle_histogram(results, path) -> Path | None:
     """Histogram of idle leaf uplinks per run for every mode with several runs, with the
     measured mean, the expected mean and the expected distribution under uniform random
     hashing; None when no mode has several runs."""
+    # matplotlib takes half a second to import: only where a figure is drawn
+    from matplotlib.figure import Figure
+
     groups = {k: v for k, v in rundata.group_runs(results).items() if len(v) > 1}
     if not groups:
         return None

@@ -247,6 +247,17 @@ def attach_xdp(netns: str, ifindex: int, prog_fd: int, *, mode: str = "drv") -> 
     return attach_xdp_ports(netns, [ifindex], prog_fd, mode=mode)[ifindex]
 
 
+def detach_own_xdp(netns: str | None, ports: dict[int, tuple[int, str]]) -> None:
+    """Detach our program from each ifindex -> (its fd, the mode attached in), one netlink
+    batch; a port whose program is another's (or none) keeps it: the kernel compares the
+    attached program with ours atomically (XDP_FLAGS_REPLACE), no read-then-detach race."""
+    requests = [rtnl.xdp(i, -1, _XDP_MODE_FLAGS[mode], f"XDP detach from ifindex {i} in {netns}",
+                         expected_fd=fd) for i, (fd, mode) in ports.items()]
+    failed = [e for e in rtnl.run_in(netns, requests, keep_going=True) if e.code != errno.EEXIST]
+    if failed:
+        raise DataplaneError(str(failed[0]))
+
+
 def detach_xdp(netns: str, ifindex: int) -> None:
     """Detach whatever XDP program (drv or generic) is on ifindex; no-op if none."""
     mode, _ = attached_xdp(netns, ifindex)

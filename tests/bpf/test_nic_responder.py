@@ -429,8 +429,8 @@ def test_verifier_budget(nic):
     # the kernel's limit is 1M processed instructions; 17.6 k when written, 50.8 k with the
     # loss windows' branch-free slide (its body walked once per position of the 128-PSN
     # window per path into it), 179 k with selective repeat's new-holes loop as well, 181 k
-    # with PFC frames (their eight priorities unrolled), 257 k with the stale-frame check:
-    # any early return before the body costs some 75 k, whatever it tests (one on a
+    # with PFC frames (their eight priorities unrolled), 257 k with the stale-frame check
+    # (any early return before the body cost some 75 k, whatever it tested: one on a
     # constant msg_bytes did too; branch-free or inside the parser: no cheaper). A slot
     # computed far from its use once made it 330 k, and an early return from an inlined
     # loop over 8 holes over 1 M: a regression shows here
@@ -547,3 +547,20 @@ def test_python_mirrors_match_nic_h_and_the_loaded_maps(nic):
     ev_size = re.search(r"struct nic_msg_event \{(.*?)\};", text, re.S)[1]
     assert ct.sizeof(nicmod.MsgEvent) == sum(8 if "__u64" in line else 4
                                              for line in ev_size.splitlines() if "__u" in line)
+
+
+def test_detach_leaves_another_program_where_it_replaced_ours(netns):
+    """Only our own program is taken off (the kernel compares it atomically): a program
+    someone attached over ours stays, and the ports still ours are freed in the same batch."""
+    ns = netns("nic-other")
+    sh(["ip", "-n", ns, "link", "add", "nico0", "type", "veth", "peer", "name", "nico1"])
+    with nicmod.NicResponder(max_qps=8) as other:
+        with nicmod.NicResponder(max_qps=8) as r:
+            r.attach(ns, "nico0")
+            r.attach(ns, "nico1", mode="generic")
+            other.attach(ns, "nico0")                      # replaces ours on nico0
+            r.detach_all()
+            assert bpfio.attached_xdp(ns, ifindex(ns, "nico0"))[1] == nicmod.prog_id_of(other.prog_fd)
+            assert bpfio.attached_xdp(ns, ifindex(ns, "nico1"))[0] is None
+        assert bpfio.attached_xdp(ns, ifindex(ns, "nico0"))[1] == nicmod.prog_id_of(other.prog_fd)
+    assert bpfio.attached_xdp(ns, ifindex(ns, "nico0"))[0] is None
