@@ -96,6 +96,9 @@ struct nic_msg_event {
 #define NIC_QP_NAK_OPEN  2     /* go-back-N: the NAK for the current hole went out */
 #define NIC_QP_CNP_SENT  4     /* last_cnp_ns is valid */
 #define NIC_QP_ACK_SENT  8     /* last_ack_ns is valid */
+#define NIC_QP_ACK_OWED 16     /* selective repeat: an ack-requested packet arrived beyond a
+                                * hole; the packet that fills up to it is ACKed (else the
+                                * requester waits out its RTO for an ACK nothing would send) */
 
 struct nic_qp_key {
     __u32 daddr;             /* our address, network order */
@@ -188,7 +191,7 @@ struct nic_qp {
     __u64 hole_ns[NIC_SEEN_BITS];
     __u64 naked_ns[NIC_SEEN_BITS];
     __u32 nak_cursor;        /* the next hole to NAK is the oldest at or after this PSN */
-    __u32 _pad2;
+    __u32 ack_owed_psn;      /* NIC_QP_ACK_OWED: the highest ack-requested PSN beyond a hole */
     struct nic_loss loss;
 };
 

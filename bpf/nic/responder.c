@@ -260,7 +260,7 @@ int xdp_nic_responder(struct xdp_md *ctx)
     __u64 now, lat, msg_ns;
     __s32 d;
     int why, respond, open_loop, selective, go_back_n, unique, book_msg, msg_done = 0, becn = 0,
-        cnp_due, r;
+        cnp_due, owed, r;
     __u32 prev_high, nak_psn = 0;
     struct nic_msg_event *ev;
 
@@ -401,9 +401,17 @@ int xdp_nic_responder(struct xdp_md *ctx)
                 send = NIC_SEND_ACK;
         } else if (selective) {
             nic_sr_new_holes(q, prev_high, now);
+            if (d > 0 && rx.ackreq) {
+                if (!(q->flags & NIC_QP_ACK_OWED) || nic_psn_diff(rx.psn, q->ack_owed_psn) > 0)
+                    q->ack_owed_psn = rx.psn;
+                q->flags |= NIC_QP_ACK_OWED;
+            }
             if (d == 0) {
                 q->unacked += nic_sr_advance(q);
-                if (rx.ackreq || (cfg->ack_every && q->unacked >= cfg->ack_every) ||
+                owed = (q->flags & NIC_QP_ACK_OWED) && nic_psn_diff(q->epsn, q->ack_owed_psn) > 0;
+                if (owed)
+                    q->flags &= ~NIC_QP_ACK_OWED;
+                if (rx.ackreq || owed || (cfg->ack_every && q->unacked >= cfg->ack_every) ||
                     (cfg->ack_delay_ns && (q->flags & NIC_QP_ACK_SENT) &&
                      now - q->last_ack_ns >= cfg->ack_delay_ns))
                     send = NIC_SEND_ACK;

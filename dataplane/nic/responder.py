@@ -122,7 +122,7 @@ class NicQp(ct.Structure):
                    ("lat_hist", ct.c_uint64 * LOG_SLOTS), ("msg_hist", ct.c_uint64 * LOG_SLOTS),
                    ("max_gap_ns", ct.c_uint64), ("last_send_ns", ct.c_uint64),
                    ("hole_ns", ct.c_uint64 * SEEN_BITS), ("naked_ns", ct.c_uint64 * SEEN_BITS),
-                   ("nak_cursor", ct.c_uint32), ("_pad2", ct.c_uint32),
+                   ("nak_cursor", ct.c_uint32), ("ack_owed_psn", ct.c_uint32),
                    ("loss", NicLoss)])
 
 

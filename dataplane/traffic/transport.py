@@ -274,6 +274,10 @@ class QpResponder:
         self.buffer: dict[int, tuple | None] = {}   # selective repeat: position -> message end
         self.hole_seen: dict[int, int] = {}         # selective repeat: hole -> first seen ns
         self.naked: dict[int, int] = {}             # selective repeat: hole -> last NAK ns
+        # selective repeat: the highest ack-requested position that arrived beyond a hole.
+        # Its ACK is owed once the hole fills, by whatever packet fills it: the requester
+        # asked, and without it would wait out its RTO for an ACK nothing else would send
+        self.ack_owed: int | None = None
         self.stats = ResponderStats()
 
     def on_data(self, pos: int, ackreq: bool, msg_end: tuple | None, now_ns: int) -> list[tuple[str, int]]:
@@ -287,13 +291,18 @@ class QpResponder:
             for h in [h for h in self.hole_seen if h < self.expected]:
                 self.hole_seen.pop(h)
                 self.naked.pop(h, None)
-            if ackreq or self.unacked >= self.ack_every or \
+            owed = self.ack_owed is not None and self.ack_owed < self.expected
+            if owed:
+                self.ack_owed = None
+            if ackreq or owed or self.unacked >= self.ack_every or \
                     (self.last_ack_ns is not None and now_ns - self.last_ack_ns >= self.ack_delay):
                 out.append(("ack", self.expected - 1))
                 self.unacked = 0
         elif pos > self.expected:
             if self.sr:
                 self.buffer[pos] = msg_end
+                if ackreq:
+                    self.ack_owed = max(pos, self.ack_owed or 0)
                 self.stats.buffered_max = max(self.stats.buffered_max, len(self.buffer))
                 for h in range(self.expected, pos):
                     if h not in self.buffer:

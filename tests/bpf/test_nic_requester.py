@@ -110,6 +110,25 @@ def test_selective_repeat_keeps_out_of_order_packets_and_acks_cumulatively(fresh
     assert_ack(run(fresh, qp.frame(3)), qp, PSN0 + 4, msn=5)                # a duplicate: ACK again
 
 
+def test_selective_repeat_acks_a_request_that_came_beyond_a_hole_once_the_hole_fills(fresh):
+    """The message's last packet (ack-requested) overtook the one before it: the packet that
+    fills the hole carries no request, yet the ACK the requester asked for goes then (as
+    QpResponder does), not after the requester's RTO. A hole below that fills first owes
+    nothing yet."""
+    from dataplane.traffic import transport
+    fresh.configure(mode="respond", selective=True, ack_every=16, nak_delay_us=FAR, cnp_interval_us=FAR)
+    py = transport.QpResponder(transport.TransportConfig(kind="selective-repeat", ack_every=16,
+                                                         ack_delay_us=1e9, nak_delay_us=1e9), None)
+    qp = Qp()
+    for i, (s, ackreq) in enumerate([(0, False), (2, False), (4, True), (1, False), (3, False)]):
+        res = run(fresh, qp.frame(s, ackreq=ackreq))
+        want = py.on_data(s, ackreq, None, i)
+        got = [] if res.verdict != "tx" else [("ack", roce.parse(res.data).psn - PSN0)]
+        assert [(k, at) for k, at in want] == got, s
+    assert got == [("ack", 4)]                      # 3 filled the last hole: ACK up to 4
+    assert stats(fresh, qp)["acks"] == py.stats.acks == 1
+
+
 def test_selective_repeat_naks_each_hole_by_its_own_psn(fresh):
     fresh.configure(mode="respond", selective=True, nak_delay_us=0, cnp_interval_us=FAR)
     qp = Qp()

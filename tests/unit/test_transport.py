@@ -84,6 +84,17 @@ def test_reordering_costs_go_back_n_but_not_selective_repeat():
     assert sr.stats.retx_packets == 0
 
 
+def test_selective_repeat_acks_a_reordered_tail_without_a_timeout():
+    """The last packet (ack-requested) overtakes the ones before it: once they fill the
+    hole the responder ACKs, so the requester never times out (go-back-N instead NAKs,
+    discards the last packet and gets it back by the NAK's resend)."""
+    order = list(range(10))
+    order[7:10] = [9, 7, 8]
+    req, rsp = deliver(SR, order, step_ns=1)         # the hole closes well within nak_delay
+    assert req.done and req.stats.timeouts == 0 and req.stats.retx_packets == 0
+    assert rsp.stats.naks == 0
+
+
 def test_lost_tail_is_recovered_by_timeout():
     for cfg in (GBN, SR):
         req, _ = deliver(cfg, list(range(5)), lose={4})
