@@ -43,6 +43,7 @@ def run(args) -> int:
                                       runtime=args.runtime)
     _warn_receiver_drops(results)
     _warn_undrained(results)
+    _warn_stale(results)
     if results.get("lab_mismatch"):
         print(f"railab: warning: lab {results['lab']} was deployed from another topology than "
               f"{exp.lab_file} ({results['lab_mismatch']}); the experiment ran on the lab as deployed",
@@ -100,3 +101,11 @@ def _warn_undrained(results: dict) -> None:
         if stuck:
             print(f"railab: warning: {label}: {stuck:,} bytes still queued in the fabric after the "
                   "drain limit; they are counted as lost and may arrive in the next run", file=sys.stderr)
+
+
+def _warn_stale(results: dict) -> None:
+    for label, mode in results["modes"].items():
+        stale = sum(int(r.get("stale_frames") or 0) for r in mode["runs"])
+        if stale:
+            print(f"railab: warning: {label}: {stale:,} data frames of an earlier run arrived during "
+                  "it (a queue held them past that run's end); they were not counted", file=sys.stderr)

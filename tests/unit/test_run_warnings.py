@@ -20,3 +20,13 @@ def test_drained_runs_and_older_results_warn_nothing(capsys):
     run._warn_undrained(_results(0, 0))
     run._warn_undrained({"modes": {"ecmp": {"runs": [{}]}}, "sweeps": {}})
     assert capsys.readouterr().err == ""
+
+
+def test_frames_of_an_earlier_run_are_named_per_mode(capsys):
+    results = {"modes": {"ecmp": {"runs": [{"stale_frames": 0}]},
+                         "spray-rr": {"runs": [{"stale_frames": 1200}, {"stale_frames": 34}]},
+                         "flowlet": {"runs": [{}]}}, "sweeps": {}}
+    run._warn_stale(results)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["railab: warning: spray-rr: 1,234 data frames of an earlier run arrived during it "
+                   "(a queue held them past that run's end); they were not counted"]
