@@ -44,6 +44,8 @@ def run(args) -> int:
     _warn_receiver_drops(results)
     _warn_undrained(results)
     _warn_stale(results)
+    _warn_late_hosts(results)
+    _warn_backlog_drops(results)
     if results.get("lab_mismatch"):
         print(f"railab: warning: lab {results['lab']} was deployed from another topology than "
               f"{exp.lab_file} ({results['lab_mismatch']}); the experiment ran on the lab as deployed",
@@ -109,3 +111,34 @@ def _warn_stale(results: dict) -> None:
         if stale:
             print(f"railab: warning: {label}: {stale:,} data frames of an earlier run arrived during "
                   "it (a queue held them past that run's end); they were not counted", file=sys.stderr)
+
+
+def _warn_late_hosts(results: dict) -> None:
+    """A send engine that falls behind catches up in bursts (the pacing rule's credit): once
+    it is late by more than the switches' load window, the fabric saw another workload than
+    the one scheduled, whatever the tables say (seen: 20 ms late at 320 Mb/s ports)."""
+    for label, mode in [*results["modes"].items(), *results.get("sweeps", {}).items()]:
+        worst = None
+        for r in mode["runs"]:
+            late = ((r.get("hosts") or {}).get("engine") or {}).get("lateness_ns") or {}
+            clock = r.get("clock") or {}
+            window_ns, stretch = 1000 * (clock.get("window_wall_us") or 0), clock.get("stretch") or 0
+            if late.get("p99") and window_ns and stretch and late["p99"] > window_ns:
+                if worst is None or late["p99"] > worst[0]:
+                    worst = (late["p99"], stretch, window_ns)
+        if worst:
+            p99, stretch, window_ns = worst
+            print(f"railab: warning: {label}: the send engine ran late, p99 {p99 / 1e6:.3g} ms wall = "
+                  f"{p99 / stretch / 1000:.3g} us of fabric time, more than the switches' load window "
+                  f"({window_ns / stretch / 1000:.3g} us); the workload reached the fabric later and in "
+                  "bursts: lower port_model.scale", file=sys.stderr)
+
+
+def _warn_backlog_drops(results: dict) -> None:
+    for label, mode in [*results["modes"].items(), *results.get("sweeps", {}).items()]:
+        dropped = sum(int((((r.get("hosts") or {}).get("engine") or {}).get("steering") or {})
+                          .get("backlog_drops") or 0) for r in mode["runs"])
+        if dropped:
+            print(f"railab: warning: {label}: the kernel's input backlog dropped {dropped:,} frames on "
+                  "the forwarding CPUs (counted as loss, not the fabric's doing); offer fewer packets "
+                  "per second", file=sys.stderr)

@@ -459,7 +459,8 @@ def run_once(spec: LabSpec, experiment: Experiment, flows: list[wl.Flow], label:
         "hosts": {"receive": receive, "send": send, "why": {"receive": receive_why, "send": send_why},
                   **({"nic": received[0]["nic"]} if kernel_rx is not None else {}),
                   **({"engine": {"lateness_ns": engine.get("lateness_ns"), "errors": engine.get("errors"),
-                                 **engine.get("engine", {})}} if kernel_tx is not None else {})},
+                                 "steering": engine.get("steering"), **engine.get("engine", {})}}
+                     if kernel_tx is not None else {})},
         "nodes": [{"name": n.name, "role": n.role, "rail": n.rail, "plane": n.plane} for n in spec.nodes],
         "links": links,
         "flows": flow_records,

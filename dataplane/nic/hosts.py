@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 
 from dataplane.closing import Closing
-from dataplane.nic import report, shards
+from dataplane.nic import report, shards, steering
 from dataplane import timescale
 from dataplane.nic.engine import (EngineError, PausePlan, Reliable, SendEngine, engine_binary, port_reports,
                                   write_schedule)
@@ -121,7 +121,9 @@ class KernelSenders(Closing):
         ports = {k: ports[k] for g in groups for k in g}
         self.engines: list[tuple[SendEngine, list[str]]] = []
         self._folder = tempfile.TemporaryDirectory(prefix="railab-schedule-")
+        self._steering: steering.ForwardingSteering | None = None
         try:
+            engine_cpus = self._steer(spec, len(groups), pfc=pause_plan is not None)
             reliable = None
             if closed is not None:
                 cfg, scale, limit_s, sample_s = closed
@@ -151,10 +153,28 @@ class KernelSenders(Closing):
                 first_slot += sum(len(flows[k]) for k in group)
                 self.engines.append((SendEngine(
                     path, feedback=(nic.requesters_fd, nic.max_reqs) if closed is not None else None,
-                    pauses=(nic.pauses_fd, nic.max_pauses) if pfc is not None else None), group))
+                    pauses=(nic.pauses_fd, nic.max_pauses) if pfc is not None else None,
+                    cpu=engine_cpus[n] if engine_cpus else None), group))
         except BaseException:
             self.close()
             raise
+
+    def _steer(self, spec: LabSpec, engines: int, *, pfc: bool) -> list[int]:
+        """Steers the lab's forwarding off the engines' CPUs (dataplane.nic.steering says
+        why) and returns the engines' CPUs; none, and the reason in `steering`, when every
+        CPU has an engine, under PFC, or when the ports refuse."""
+        self.steering: dict = {"forwarding_cpus": [], "why": "PFC: the agent's poll keeps the CPU left"
+                               if pfc else "an engine on every CPU"}
+        engine_cpus, forwarding_cpus = ([], []) if pfc else steering.plan(engines)
+        if not forwarding_cpus:
+            return []
+        try:
+            self._steering = steering.ForwardingSteering(spec, forwarding_cpus)
+        except OSError as e:
+            self.steering["why"] = str(e)
+            return []
+        self.steering = {"engine_cpus": engine_cpus, "forwarding_cpus": forwarding_cpus, "why": None}
+        return engine_cpus
 
     def go(self, start_ns: int) -> None:
         for engine, _ in self.engines:
@@ -170,8 +190,10 @@ class KernelSenders(Closing):
             host_pfc.update(port_reports(rep, keys))
             reps.append(rep)
         rep = shards.merge_reports(reps)
+        if self._steering is not None:
+            self.steering["backlog_drops"] = self._steering.drops()
         return {**rep, "per_flow_packets": {str(k): v for k, v in rep["per_flow_packets"].items()},
-                "host_pfc": host_pfc}
+                "host_pfc": host_pfc, "steering": self.steering}
 
     def close(self) -> None:
         try:
@@ -179,6 +201,9 @@ class KernelSenders(Closing):
                 engine.close()
         finally:
             self._folder.cleanup()
+            if self._steering is not None:
+                self._steering.close()
+                self._steering = None
 
 
 class KernelReceivers(Closing):

@@ -11,6 +11,7 @@ import pytest
 
 from dataplane.lab import faults
 from dataplane.lab.fabric import Fabric
+from dataplane.nic.steering import ForwardingSteering
 from dataplane.traffic import iperf
 
 from .conftest import deployed
@@ -151,3 +152,27 @@ def test_tcp_fills_a_slow_port_through_a_real_queue(lab):
     spec, fab, stream, receiver_ns, _ = lab
     bps = iperf.tcp_bps(spec.hosts[0].netns, receiver_ns, stream.dst_ip)
     assert 0.7 * PORT_BPS <= bps <= 1.02 * PORT_BPS, bps
+
+
+def _rps_masks(spec) -> dict[str, int]:
+    """switch:port -> its receive queue's RPS CPU mask, read in the switch's namespace."""
+    masks = {}
+    for node in spec.switches:
+        names = [i.name for i in node.interfaces]
+        out = subprocess.run(["ip", "netns", "exec", node.netns, "sh", "-c",
+                              'for d; do cat /sys/class/net/"$d"/queues/rx-0/rps_cpus; done', "sh", *names],
+                             capture_output=True, text=True, check=True).stdout.split()
+        masks.update({f"{node.name}:{n}": int(m.replace(",", ""), 16) for n, m in zip(names, out)})
+    return masks
+
+
+def test_steering_sends_every_switch_ports_frames_to_the_cpus_given_and_back(lab):
+    """A run with fewer engines than CPUs steers the switches' forwarding (after XDP) to
+    the CPUs without an engine; afterwards the ports are as they were (no steering)."""
+    spec = lab[0]
+    assert set(_rps_masks(spec).values()) == {0}
+    with ForwardingSteering(spec, [1]):
+        masks = _rps_masks(spec)
+        assert len(masks) == sum(len(n.interfaces) for n in spec.switches) > 0
+        assert set(masks.values()) == {0b10}
+    assert set(_rps_masks(spec).values()) == {0}

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, strategies as st
 
-from dataplane.nic import engine, shards
+from dataplane.nic import engine, shards, steering
 from dataplane.traffic.workload import Flow, Message
 from dataplane.wire import roce
 
@@ -107,3 +107,24 @@ def test_a_shards_schedule_numbers_its_feedback_slots_from_its_first(tmp_path):
                           {"h1:eth0": [(f, "02:00:00:00:00:01", "02:00:00:00:00:02") for f in flows]},
                           first_slot=5)
     assert [f["fb_slot"] for f in engine.read_schedule(path)["flows"]] == [5, 6, 7]
+
+
+def test_the_forwarding_gets_the_cpus_the_engines_leave_and_none_when_every_cpu_has_one():
+    assert steering.plan(1, [0, 1]) == ([0], [1])
+    assert steering.plan(1, [3, 1, 2]) == ([1], [2, 3])
+    assert steering.plan(2, [0, 1]) == ([], [])
+    assert steering.plan(3, [0, 1]) == ([], [])
+
+
+def test_cpu_masks_are_hex_words_of_32_cpus_as_sysfs_takes_them():
+    assert steering.cpu_mask([1]) == "00000002"
+    assert steering.cpu_mask([0, 2, 3]) == "0000000d"
+    assert steering.cpu_mask([1, 33]) == "00000002,00000002"
+    assert steering.cpu_mask([]) == "00000000"
+
+
+def test_backlog_drops_add_up_the_second_column_of_every_cpu(tmp_path, monkeypatch):
+    stat = tmp_path / "softnet_stat"
+    stat.write_text("01597efb 00000000 00000005\n02a310f7 0004cc28 00002624\n")
+    monkeypatch.setattr(steering, "SOFTNET_STAT", str(stat))
+    assert steering.backlog_drops() == 0x4CC28

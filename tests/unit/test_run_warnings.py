@@ -30,3 +30,37 @@ def test_frames_of_an_earlier_run_are_named_per_mode(capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert err == ["railab: warning: spray-rr: 1,234 data frames of an earlier run arrived during it "
                    "(a queue held them past that run's end); they were not counted"]
+
+
+def _late_run(p99_ns, stretch=1250.0, window_wall_us=312.5):
+    return {"hosts": {"engine": {"lateness_ns": {"p50": p99_ns // 2, "p99": p99_ns}}},
+            "clock": {"scale": 8e-4, "stretch": stretch, "window_wall_us": window_wall_us}}
+
+
+def test_an_engine_late_by_more_than_the_load_window_is_named_with_fabric_time(capsys):
+    results = {"modes": {"ecmp": {"runs": [_late_run(40_000)]},
+                         "spray-rr": {"runs": [_late_run(20_447_232), _late_run(9_000_000)]}}, "sweeps": {}}
+    run._warn_late_hosts(results)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["railab: warning: spray-rr: the send engine ran late, p99 20.4 ms wall = 16.4 us of "
+                   "fabric time, more than the switches' load window (0.25 us); the workload reached "
+                   "the fabric later and in bursts: lower port_model.scale"]
+
+
+def test_engines_on_time_python_hosts_and_older_records_warn_nothing(capsys):
+    results = {"modes": {"ecmp": {"runs": [_late_run(300_000, stretch=20_000, window_wall_us=5000)]},
+                         "python": {"runs": [{"hosts": {"send": "python"}, "clock": {"stretch": 1250.0}}]},
+                         "old": {"runs": [{}]}}, "sweeps": {}}
+    run._warn_late_hosts(results)
+    assert capsys.readouterr().err == ""
+
+
+def test_backlog_drops_of_the_steered_forwarding_are_named_per_mode(capsys):
+    steered = {"hosts": {"engine": {"steering": {"forwarding_cpus": [1], "backlog_drops": 815}}}}
+    results = {"modes": {"spray-rr": {"runs": [steered, steered]},
+                         "ecmp": {"runs": [{"hosts": {"engine": {"steering": {"forwarding_cpus": []}}}}, {}]}},
+               "sweeps": {}}
+    run._warn_backlog_drops(results)
+    assert capsys.readouterr().err.strip().splitlines() == [
+        "railab: warning: spray-rr: the kernel's input backlog dropped 1,630 frames on the forwarding CPUs "
+        "(counted as loss, not the fabric's doing); offer fewer packets per second"]
