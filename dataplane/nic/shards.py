@@ -12,7 +12,8 @@ A second engine only pays when one CPU cannot carry the run: it spins a CPU of i
 and frames from two CPUs meet in the switches' queues in an order the wall clock's jitter
 picks (a gapless sprayed run at 20 Mb/s reordered 1.08 % with two engines, over the 1 % its
 test allows and no earlier run with one engine reached). So a run gets an engine for every
-ENGINE_PPS frames a wall second it offers.
+ENGINE_PPS frames a wall second it offers; the CPUs left without an engine take the
+switches' forwarding after XDP (dataplane.nic.steering).
 
 `partition` assigns ports to shards; `merge_reports` makes one engine report of theirs.
 """
