@@ -97,8 +97,9 @@ def test_two_machines_probe_counters_token_failover_and_destroy():
             assert f"{PAIRS}/{PAIRS}" in railab("probe", lab).stdout
             faults.clear(lab)
         finally:
-            railab("destroy", lab, check=False, timeout=300)
-        assert split_leftovers(lab, hosts) == []
+            gone = railab("destroy", lab, check=False, timeout=300)
+        # what destroy said, when it left something: a rare leftover here (one in many suites) has no other trace
+        assert split_leftovers(lab, hosts) == [], (gone.returncode, gone.stderr[-2000:])
 
 
 def test_three_machines_probe_and_a_run_with_counters_per_machine(tmp_path):
@@ -122,8 +123,9 @@ def test_three_machines_probe_and_a_run_with_counters_per_machine(tmp_path):
                 assert len(with_switches) >= 2
                 assert all(machines[h]["tx_packets"] > 1000 for h in with_switches), machines
         finally:
-            railab("destroy", lab, check=False, timeout=300)
-        assert split_leftovers(lab, hosts) == []
+            gone = railab("destroy", lab, check=False, timeout=300)
+        # what destroy said, when it left something: a rare leftover here (one in many suites) has no other trace
+        assert split_leftovers(lab, hosts) == [], (gone.returncode, gone.stderr[-2000:])
 
 
 def test_destroy_after_kill_9_of_the_deployer_leaves_nothing():
@@ -144,8 +146,9 @@ def test_destroy_after_kill_9_of_the_deployer_leaves_nothing():
             if deployer.poll() is None:
                 deployer.kill()
                 deployer.wait()
-            railab("destroy", lab, check=False, timeout=300)
-        assert split_leftovers(lab, hosts) == []
+            gone = railab("destroy", lab, check=False, timeout=300)
+        # what destroy said, when it left something: a rare leftover here (one in many suites) has no other trace
+        assert split_leftovers(lab, hosts) == [], (gone.returncode, gone.stderr[-2000:])
 
 
 def test_bad_hosts_are_refused_in_one_line_with_nothing_made():
