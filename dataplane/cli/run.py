@@ -113,22 +113,29 @@ def _warn_stale(results: dict) -> None:
                   "it (a queue held them past that run's end); they were not counted", file=sys.stderr)
 
 
+# An engine's own pacing is late by tens of microseconds (p99) on an idle machine: at the
+# fastest shipped scales (1 real-fabric us = 40 us wall) that alone exceeds the load
+# window, and the warning is for an engine that fell behind, twenty times later.
+ENGINE_BEHIND_NS = 1_000_000
+
+
 def _warn_late_hosts(results: dict) -> None:
     """A send engine that falls behind catches up in bursts (the pacing rule's credit): once
     it is late by more than the switches' load window, the fabric saw another workload than
-    the one scheduled, whatever the tables say (seen: 20 ms late at 320 Mb/s ports)."""
+    the one scheduled, whatever the tables say (seen: 8 ms late in the demo's ECMP chunks
+    with the forwarding on the engine's CPU, 20 ms at 320 Mb/s ports)."""
     for label, mode in [*results["modes"].items(), *results.get("sweeps", {}).items()]:
         worst = None
         for r in mode["runs"]:
             late = ((r.get("hosts") or {}).get("engine") or {}).get("lateness_ns") or {}
             clock = r.get("clock") or {}
             window_ns, stretch = 1000 * (clock.get("window_wall_us") or 0), clock.get("stretch") or 0
-            if late.get("p99") and window_ns and stretch and late["p99"] > window_ns:
+            if late.get("p99") and window_ns and stretch and late["p99"] > max(window_ns, ENGINE_BEHIND_NS):
                 if worst is None or late["p99"] > worst[0]:
                     worst = (late["p99"], stretch, window_ns)
         if worst:
             p99, stretch, window_ns = worst
-            print(f"railab: warning: {label}: the send engine ran late, p99 {p99 / 1e6:.3g} ms wall = "
+            print(f"railab: warning: {label}: the send engine fell behind, p99 {p99 / 1e6:.3g} ms wall = "
                   f"{p99 / stretch / 1000:.3g} us of fabric time, more than the switches' load window "
                   f"({window_ns / stretch / 1000:.3g} us); the workload reached the fabric later and in "
                   "bursts: lower port_model.scale", file=sys.stderr)
