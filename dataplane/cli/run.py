@@ -97,20 +97,35 @@ def _warn_receiver_drops(results: dict) -> None:
               "per second", file=sys.stderr)
 
 
+def _labelled_runs(results: dict, *, sweeps: bool) -> list[tuple[str, list[dict]]]:
+    """(label, runs) of every mode, and of every sweep with `sweeps`."""
+    groups = [*results["modes"].items(), *(results.get("sweeps", {}).items() if sweeps else [])]
+    return [(label, group["runs"]) for label, group in groups]
+
+
+def _engine(run: dict) -> dict:
+    return (run.get("hosts") or {}).get("engine") or {}
+
+
+def _warn_per_mode(results: dict, amount, say, *, total=sum, sweeps: bool = False) -> None:
+    """One warning per mode (and sweep, with `sweeps`) whose runs' amount(run), summed (or
+    `total`), is not 0; say(n) words it."""
+    for label, runs in _labelled_runs(results, sweeps=sweeps):
+        n = total(int(amount(r) or 0) for r in runs)
+        if n:
+            print(f"railab: warning: {label}: {say(n)}", file=sys.stderr)
+
+
 def _warn_undrained(results: dict) -> None:
-    for label, mode in results["modes"].items():
-        stuck = max(int(r.get("undrained_bytes") or 0) for r in mode["runs"])
-        if stuck:
-            print(f"railab: warning: {label}: {stuck:,} bytes still queued in the fabric after the "
-                  "drain limit; they are counted as lost and may arrive in the next run", file=sys.stderr)
+    _warn_per_mode(results, lambda r: r.get("undrained_bytes"), total=max, say=lambda n: (
+        f"{n:,} bytes still queued in the fabric after the drain limit; they are counted as lost "
+        "and may arrive in the next run"))
 
 
 def _warn_stale(results: dict) -> None:
-    for label, mode in results["modes"].items():
-        stale = sum(int(r.get("stale_frames") or 0) for r in mode["runs"])
-        if stale:
-            print(f"railab: warning: {label}: {stale:,} data frames of an earlier run arrived during "
-                  "it (a queue held them past that run's end); they were not counted", file=sys.stderr)
+    _warn_per_mode(results, lambda r: r.get("stale_frames"), say=lambda n: (
+        f"{n:,} data frames of an earlier run arrived during it (a queue held them past that "
+        "run's end); they were not counted"))
 
 
 # An engine's own pacing is late by tens of microseconds (p99) on an idle machine: at the
@@ -124,15 +139,15 @@ def _warn_late_hosts(results: dict) -> None:
     it is late by more than the switches' load window, the fabric saw another workload than
     the one scheduled, whatever the tables say (seen: 8 ms late in the demo's ECMP chunks
     with the forwarding on the engine's CPU, 20 ms at 320 Mb/s ports)."""
-    for label, mode in [*results["modes"].items(), *results.get("sweeps", {}).items()]:
+    for label, runs in _labelled_runs(results, sweeps=True):
         worst = None
-        for r in mode["runs"]:
-            late = ((r.get("hosts") or {}).get("engine") or {}).get("lateness_ns") or {}
+        for r in runs:
+            p99 = (_engine(r).get("lateness_ns") or {}).get("p99")
             clock = r.get("clock") or {}
             window_ns, stretch = 1000 * (clock.get("window_wall_us") or 0), clock.get("stretch") or 0
-            if late.get("p99") and window_ns and stretch and late["p99"] > max(window_ns, ENGINE_BEHIND_NS):
-                if worst is None or late["p99"] > worst[0]:
-                    worst = (late["p99"], stretch, window_ns)
+            if p99 and window_ns and stretch and p99 > max(window_ns, ENGINE_BEHIND_NS) \
+                    and (worst is None or p99 > worst[0]):
+                worst = (p99, stretch, window_ns)
         if worst:
             p99, stretch, window_ns = worst
             print(f"railab: warning: {label}: the send engine fell behind, p99 {p99 / 1e6:.3g} ms wall = "
@@ -142,10 +157,6 @@ def _warn_late_hosts(results: dict) -> None:
 
 
 def _warn_backlog_drops(results: dict) -> None:
-    for label, mode in [*results["modes"].items(), *results.get("sweeps", {}).items()]:
-        dropped = sum(int((((r.get("hosts") or {}).get("engine") or {}).get("steering") or {})
-                          .get("backlog_drops") or 0) for r in mode["runs"])
-        if dropped:
-            print(f"railab: warning: {label}: the kernel's input backlog dropped {dropped:,} frames on "
-                  "the forwarding CPUs (counted as loss, not the fabric's doing); offer fewer packets "
-                  "per second", file=sys.stderr)
+    _warn_per_mode(results, lambda r: (_engine(r).get("steering") or {}).get("backlog_drops"), sweeps=True,
+                   say=lambda n: (f"the kernel's input backlog dropped {n:,} frames on the forwarding CPUs "
+                                  "(counted as loss, not the fabric's doing); offer fewer packets per second"))

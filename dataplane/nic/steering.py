@@ -33,7 +33,7 @@ from dataplane.runtime.labspec import LabSpec
 # One shell per namespace: sysfs shows a namespace's devices only to a mount made in it,
 # which `ip netns exec` makes. The glob leaves out devices without RPS (none on veth).
 _WRITE = 'm=$1; shift; for d; do for f in /sys/class/net/"$d"/queues/rx-*/rps_cpus; do ' \
-         '[ -e "$f" ] && echo "$m" > "$f"; done; done'
+         'if [ -e "$f" ]; then echo "$m" > "$f"; fi; done; done'
 
 
 SOFTNET_STAT = "/proc/net/softnet_stat"
@@ -84,9 +84,11 @@ class ForwardingSteering(Closing):
         procs = [subprocess.Popen(["ip", "netns", "exec", ns, "sh", "-c", _WRITE, "sh", mask, *ports],
                                   stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
                  for ns, ports in self._ports.items()]
-        errors = [(ns, p.communicate()[1].strip()) for ns, p in zip(self._ports, procs)]
-        failed = [f"{ns}: {err.splitlines()[-1] if err else 'failed'}" for (ns, err), p in zip(errors, procs)
-                  if p.returncode]
+        failed = []
+        for ns, proc in zip(self._ports, procs):
+            err = proc.communicate()[1].strip()
+            if proc.returncode:
+                failed.append(f"{ns}: {err.splitlines()[-1] if err else 'failed'}")
         if failed:
             raise OSError(f"RPS on the switch ports: {'; '.join(failed)}")
 
